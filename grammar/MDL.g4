@@ -1,0 +1,219 @@
+// The MDL grammar. docs/language.md describes every construct; the front end
+// (lib/Parse) turns the parse tree into the AST of include/mdl/AST/AST.h.
+grammar MDL;
+
+file : importDecl* topDecl* EOF ;
+
+importDecl : 'import' STRING ';' ;
+
+topDecl
+  : moduleDecl
+  | modelDecl
+  | layoutDecl
+  | backendDecl
+  ;
+
+// ---------------------------------------------------------------------------
+// Modules and models
+// ---------------------------------------------------------------------------
+
+moduleDecl : 'module' name '(' (moduleParam (',' moduleParam)*)? ')' '{' member* '}' ;
+modelDecl  : 'model' name '{' member* '}' ;
+moduleParam : name ':' typeRef ('=' expr)? ;
+
+typeRef
+  : 'int'                     # intType
+  | 'bool'                    # boolType
+  | 'string'                  # stringType
+  | 'dim'                     # dimType
+  | 'dtype'                   # dtypeType
+  | 'list' '<' typeRef '>'    # listType
+  ;
+
+member
+  : configBlock
+  | exampleDecl
+  | letDecl
+  | requireDecl
+  | dimDecl
+  | paramDecl
+  | linearDecl
+  | instanceDecl
+  | stackDecl
+  | pipelineDecl
+  | needsDecl
+  | dtypeDecl
+  ;
+
+configBlock : 'config' '{' (configEntry | requireDecl)* '}' ;
+configEntry : name ':' typeRef '=' expr ';' ;
+exampleDecl : 'example' STRING (',' STRING)* ';' ;
+letDecl     : 'let' name (':' typeRef)? '=' expr ';' ;
+requireDecl : 'require' expr ':' STRING ';' ;
+dtypeDecl   : 'dtype' '=' expr ';' ;
+
+// dim P = N / G;   dim Hv = (Hk, R);  (factored: an index of Hv is a pair (hk, r))
+dimDecl
+  : 'dim' name '=' '(' name (',' name)+ ')' ';'   # factoredDim
+  | 'dim' name '=' expr ';'                        # sizedDim
+  ;
+
+// param A_log: [Hv] f32 shard(Hk);   param b[E]: [F] column(F);
+paramDecl
+  : 'param' name expertIndex? ':' shape dtypeName? parallelStyle? condition? ';' ;
+
+// linear q: [H] -> [G, P, D] column(G) bias(attention_bias);
+linearDecl
+  : 'linear' name expertIndex? ':' shape '->' shape dtypeName? parallelStyle
+    biasClause? condition? ';' ;
+
+expertIndex : '[' name ']' ;
+shape : '[' (shapeAxis (',' shapeAxis)*)? ']' ;
+shapeAxis
+  : name                               # singleAxis
+  | '(' name (',' name)+ ')'            # productAxis
+  ;
+dtypeName : name ;
+parallelStyle
+  : 'column' '(' name ')'     # columnStyle
+  | 'row' '(' name ')'        # rowStyle
+  | 'vocab' '(' name ')'      # vocabStyle
+  | 'shard' '(' name ')'      # shardStyle
+  | 'replicated'              # replicatedStyle
+  ;
+biasClause : 'bias' ('(' expr ')')? ;
+condition : 'if' expr ;
+
+// attn: match kind { "full_attention" => GatedAttention(H, N, G, D), _ => ... };
+instanceDecl : name ':' instanceExpr condition? ';' ;
+stackDecl    : 'stack' name '[' expr ']' 'as' name ':' instanceExpr ';' ;
+instanceExpr
+  : moduleCall                                             # directInstance
+  | 'match' expr '{' matchArm (',' matchArm)* ','? '}'     # matchInstance
+  ;
+matchArm : matchPattern '=>' moduleCall ;
+matchPattern
+  : expr        # valuePattern
+  | '_'         # wildcardPattern
+  ;
+moduleCall : name '(' (argument (',' argument)*)? ')' ;
+argument : (name '=')? expr ;
+
+// pipeline { first embed; stages layers; last norm, head, mtp; }
+pipelineDecl : 'pipeline' '{' pipelineEntry* '}' ;
+pipelineEntry
+  : 'first' name (',' name)* ';'      # firstStage
+  | 'last' name (',' name)* ';'       # lastStage
+  | 'stages' name ';'                 # stagedStack
+  ;
+
+// needs uva fallback "plain torch gather";
+needsDecl : 'needs' name ('fallback' STRING)? ';' ;
+
+// ---------------------------------------------------------------------------
+// Layouts: what one rank of a backend holds, in named dimensions
+// ---------------------------------------------------------------------------
+
+layoutDecl : 'layout' name 'of' name ('at' STRING)? '{' layoutEntry* '}' ;
+
+layoutEntry
+  : STRING '=' tensorExpr tensorOption* whenClause? ';'            # tensorEntry
+  | name ('[' name ']')? 'at' STRING whenClause? ';'               # mountEntry
+  | 'shard' qualifiedName (',' qualifiedName)* 'on' name
+      ('by' name)? replicateClause? ';'                            # shardEntry
+  | 'derived' STRING 'from' qualifiedName (',' qualifiedName)*
+      recomputeClause? whenClause? ';'                             # derivedEntry
+  | letDecl                                                        # layoutLet
+  ;
+replicateClause : 'replicate' ;
+recomputeClause : 'recompute' name (',' name)* ;
+whenClause : 'when' expr ;
+
+// q[(G, P, D), H] names one parameter; [(G, P, {q, gate}, D), H] selects the
+// parameter through a part set.
+tensorExpr : qualifiedName? '[' (axisExpr (',' axisExpr)*)? ']' ;
+axisExpr
+  : axisTerm                                  # simpleAxis
+  | '(' axisTerm (',' axisTerm)+ ')'          # productAxisExpr
+  ;
+axisTerm
+  : name                                      # dimTerm
+  | INT                                       # unitTerm
+  | '{' part (',' part)* '}'                  # partsTerm
+  | '(' axisTerm ')'                          # parenTerm
+  ;
+part : qualifiedName (':' partShape)? ;
+partShape
+  : axisTerm                                  # singlePartShape
+  | '(' axisTerm (',' axisTerm)+ ')'          # productPartShape
+  ;
+tensorOption
+  : 'copy'                                    # copyOption
+  | 'offset' '(' expr ')'                     # offsetOption
+  | 'as' dtypeName                            # dtypeOption
+  | 'view' '[' expr (',' expr)* ']'           # viewOption
+  | 'split' INT ('by' name)?                  # splitOption
+  | 'on' name                                 # onOption
+  ;
+qualifiedName : name ('.' name)* ;
+
+// ---------------------------------------------------------------------------
+// Backend profiles
+// ---------------------------------------------------------------------------
+
+backendDecl : 'backend' name ('extends' name)? '{' backendEntry* '}' ;
+backendEntry
+  : 'mesh' name (',' name)* ';'                                   # meshEntry
+  | 'class' name '=' STRING ('{' classProperty* '}' | ';')        # classEntry
+  | 'capability' name '=' expr ';'                                # capabilityEntry
+  | letDecl                                                       # backendLet
+  | requireDecl                                                   # backendRequire
+  ;
+classProperty : name '=' expr ';' ;
+
+// ---------------------------------------------------------------------------
+// Expressions
+// ---------------------------------------------------------------------------
+
+expr
+  : primary                                                # primaryExpr
+  | expr '[' expr ']'                                      # indexExpr
+  | op=('-' | '!') expr                                    # unaryExpr
+  | expr op=('*' | '/' | '%') expr                         # mulExpr
+  | expr op=('+' | '-') expr                               # addExpr
+  | expr op=('<' | '<=' | '>' | '>=') expr                 # relExpr
+  | expr op=('==' | '!=') expr                             # eqExpr
+  | expr 'in' expr                                         # inExpr
+  | expr 'is' name                                         # isExpr
+  | expr '&&' expr                                         # andExpr
+  | expr '||' expr                                         # orExpr
+  | <assoc=right> expr '??' expr                           # coalesceExpr
+  | <assoc=right> expr '?' expr ':' expr                   # condExpr
+  ;
+
+primary
+  : INT                                                    # intLit
+  | STRING                                                 # stringLit
+  | ('true' | 'false')                                     # boolLit
+  | name '(' (expr (',' expr)*)? ')'                       # callExpr
+  | name                                                   # nameRef
+  | '(' expr ')'                                           # parenExpr
+  | '[' expr 'for' name 'in' expr ']'                      # comprehension
+  | '[' (expr (',' expr)*)? ']'                            # listLit
+  ;
+
+// Words that are keywords only where the grammar expects them.
+name
+  : IDENT
+  | 'first' | 'last' | 'stages' | 'copy' | 'offset' | 'view' | 'split'
+  | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
+  | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
+  | 'vocab' | 'shard' | 'replicated' | 'bias' | 'pipeline' | 'extends'
+  ;
+
+INT     : [0-9]+ ;
+STRING  : '"' ( ~["\\\r\n] | '\\' ~[\r\n] )* '"' ;
+IDENT   : [a-zA-Z_] [a-zA-Z_0-9]* ;
+LINE_COMMENT  : '//' ~[\r\n]* -> skip ;
+BLOCK_COMMENT : '/*' .*? '*/' -> skip ;
+WS      : [ \t\r\n]+ -> skip ;

@@ -1,0 +1,42 @@
+//===- Frontend.h - From spec files to verified IR -------------*- C++ -*-===//
+//
+// The steps every tool takes first: load, analyse, generate IR. Shared by
+// `mdlc` and the tests' tools so that they report the same errors the same
+// way.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_DRIVER_FRONTEND_H
+#define MDL_DRIVER_FRONTEND_H
+
+#include "mdl/Sema/Sema.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class SourceMgr;
+} // namespace llvm
+
+namespace mdl {
+
+struct FrontendResult {
+  std::unique_ptr<Program> program;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+};
+
+/// Loads and analyses `paths`; when `generateIR` is set also lowers them to
+/// the mdl dialect. Diagnostics go to the context's handler. On failure the
+/// result's members are null.
+FrontendResult runFrontend(const std::vector<std::string> &paths,
+                           const LoadOptions &options,
+                           llvm::SourceMgr &sourceMgr,
+                           mlir::MLIRContext &context, bool generateIR = true);
+
+} // namespace mdl
+
+#endif // MDL_DRIVER_FRONTEND_H

@@ -1,0 +1,45 @@
+//===- DType.h - Element types of checkpoint tensors -----------*- C++ -*-===//
+//
+// Shared by the compiler and the runtime (plain C++17, no LLVM): the dtypes
+// a spec may name and their safetensors spellings and sizes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_RUNTIME_DTYPE_H
+#define MDL_RUNTIME_DTYPE_H
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace mdl {
+
+enum class DType {
+  BF16,
+  F16,
+  F32,
+  F64,
+  I64,
+  I32,
+  I16,
+  I8,
+  U8,
+  Bool,
+  F8E4M3,
+  F8E5M2,
+};
+
+/// The safetensors spelling: "BF16", "F32", "F8_E4M3", ...
+std::string_view safetensorsName(DType t);
+/// The short spelling used in specs: "bf16", "f32", "f8e4m3", ...
+std::string_view specName(DType t);
+size_t byteSize(DType t);
+bool isFloat(DType t);
+
+/// Accepts the spec spelling ("bf16"), the safetensors one ("BF16") and
+/// the torch/HF one ("bfloat16", "float32", "torch.float16").
+std::optional<DType> parseDType(std::string_view name);
+
+} // namespace mdl
+
+#endif // MDL_RUNTIME_DTYPE_H

@@ -1,0 +1,67 @@
+//===- Parallel.h - Parallel configurations and rank context ---*- C++ -*-===//
+//
+// Shared by the compiler and the runtime. A parallel configuration gives the
+// size of each mesh axis; a rank context adds the coordinates of one rank and
+// is what layout conditions (`when !first_stage`) and backend settings
+// (`let vocab_multiple = 128 * tp;`) read.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_RUNTIME_PARALLEL_H
+#define MDL_RUNTIME_PARALLEL_H
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace mdl {
+
+/// The mesh axes a backend profile may declare.
+enum class MeshAxis { TP, PP, EP, ETP, CP, DP };
+constexpr std::array<std::string_view, 6> kMeshAxisNames = {
+    "tp", "pp", "ep", "etp", "cp", "dp"};
+std::optional<MeshAxis> parseMeshAxis(std::string_view name);
+
+struct ParallelConfig {
+  int64_t tp = 1, pp = 1, ep = 1, etp = 1, cp = 1, dp = 1;
+  /// Virtual pipeline stages (model chunks) per pipeline rank.
+  int64_t vpp = 1;
+  /// Sequence parallelism (only meaningful with tp > 1).
+  bool sp = false;
+  /// Layers on the first and last pipeline stages when they differ from an
+  /// even split (Megatron's --decoder-{first,last}-pipeline-num-layers).
+  std::optional<int64_t> firstStageLayers, lastStageLayers;
+
+  int64_t size(MeshAxis axis) const;
+  std::string str() const;
+};
+
+/// One rank's coordinates in a parallel configuration.
+struct RankContext {
+  ParallelConfig config;
+  int64_t tpRank = 0, ppRank = 0, epRank = 0, etpRank = 0;
+  /// The model chunk (virtual stage) being described, 0 <= chunk < vpp.
+  int64_t chunk = 0;
+
+  bool firstStage() const { return ppRank == 0 && chunk == 0; }
+  bool lastStage() const {
+    return ppRank == config.pp - 1 && chunk == config.vpp - 1;
+  }
+};
+
+/// The names a layout or backend expression may read from a rank context.
+enum class ContextVar {
+  TP, PP, EP, ETP, CP, DP, VPP, SP,
+  TPRank, PPRank, EPRank, ETPRank,
+  FirstStage, LastStage,
+};
+std::optional<ContextVar> parseContextVar(std::string_view name);
+bool isBoolContextVar(ContextVar var);
+/// The value of `var` in `ctx`; booleans are 0 or 1.
+int64_t contextValue(const RankContext &ctx, ContextVar var);
+
+} // namespace mdl
+
+#endif // MDL_RUNTIME_PARALLEL_H

@@ -1,0 +1,73 @@
+//===- mdlc.cpp - The MDL compiler driver ---------------------------------===//
+//
+//   mdlc check FILE...          parse, analyse, verify, instantiate examples
+//   mdlc params FILE            the HF tensors of the instantiated model
+//   mdlc -emit=ast|mlir FILE    debugging output
+//
+// Exit codes: 0 clean, 1 errors in the input, 2 bad usage.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+
+#include "mdl/AST/ASTDumper.h"
+#include "mdl/Dialect/MDL/MDLOps.h"
+#include "mdl/Driver/Frontend.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mdl;
+
+static const char *kUsage = R"(usage: mdlc <command> [options] FILE...
+
+Commands:
+  check FILE...       parse, analyse and verify specs; instantiate each model
+                      with its example configs (or --hf-config) and check it
+  params FILE         list every HF tensor of the instantiated model:
+                      name<TAB>[d0,d1,...]<TAB>dtype, sorted by name
+  -emit=ast FILE      print the syntax tree
+  -emit=mlir FILE     print the mdl dialect IR
+
+Options:
+  --hf-config FILE    instantiate with this HF config.json
+  --set KEY=VALUE     override a key of the HF config (e.g.
+                      --set mtp_num_hidden_layers=0); VALUE is JSON or text
+  --format=text|json  output format of params
+  -I DIR              search DIR for imports
+  --verify-diagnostics
+                      check the diagnostics against expected-* comments
+  --version, --help
+)";
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  Options options;
+  if (std::optional<int> code = parseOptions(args, options, kUsage))
+    return *code;
+
+  mlir::MLIRContext context;
+  context.getOrLoadDialect<MDLDialect>();
+  // Errors print as file:line:col with the source line and a caret.
+  llvm::SourceMgr sourceMgr;
+  std::unique_ptr<mlir::SourceMgrDiagnosticHandler> handler;
+  std::unique_ptr<mlir::SourceMgrDiagnosticVerifierHandler> verifier;
+  if (options.verifyDiagnostics)
+    verifier = std::make_unique<mlir::SourceMgrDiagnosticVerifierHandler>(
+        sourceMgr, &context);
+  else
+    handler = std::make_unique<mlir::SourceMgrDiagnosticHandler>(sourceMgr,
+                                                                 &context);
+  int code = runCommand(options, sourceMgr, context);
+  if (verifier) {
+    // The verifier owns the verdict: expected diagnostics were seen, and
+    // no others.
+    return mlir::failed(verifier->verify()) ? 1 : 0;
+  }
+  return code;
+}
