@@ -45,7 +45,7 @@ member
   | dtypeDecl
   ;
 
-configBlock : 'config' '{' (configEntry | requireDecl)* '}' ;
+configBlock : 'config' ('from' STRING (',' STRING)*)? '{' (configEntry | requireDecl)* '}' ;
 configEntry : name ':' typeRef '=' expr ';' ;
 exampleDecl : 'example' STRING (',' STRING)* ';' ;
 letDecl     : 'let' name (':' typeRef)? '=' expr ';' ;
@@ -117,7 +117,7 @@ needsDecl : 'needs' name ('fallback' STRING)? ';' ;
 layoutDecl : 'layout' name 'of' name ('at' STRING)? '{' layoutEntry* '}' ;
 
 layoutEntry
-  : STRING '=' tensorExpr tensorOption* whenClause? ';'            # tensorEntry
+  : STRING forClause? '=' tensorExpr tensorOption* whenClause? ';'  # tensorEntry
   | name ('[' name ']')? 'at' STRING whenClause? ';'               # mountEntry
   | 'shard' qualifiedName (',' qualifiedName)* 'on' name
       ('by' name)? replicateClause? ';'                            # shardEntry
@@ -125,6 +125,7 @@ layoutEntry
       recomputeClause? whenClause? ';'                             # derivedEntry
   | letDecl                                                        # layoutLet
   ;
+forClause : 'for' name '[' name ']' ;
 replicateClause : 'replicate' ;
 recomputeClause : 'recompute' name (',' name)* ;
 whenClause : 'when' expr ;
@@ -209,6 +210,7 @@ name
   | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'pipeline' | 'extends'
+  | 'from'
   ;
 
 INT     : [0-9]+ ;

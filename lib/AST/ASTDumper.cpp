@@ -263,6 +263,11 @@ void Dumper::member(const Member *m) {
     auto *x = cast<ConfigMember>(m);
     os << "Config " << x->name.name << ": " << x->type.str() << " = ";
     expr(x->value.get());
+    if (!x->roots.empty()) {
+      os << " from";
+      for (size_t i = 0; i < x->roots.size(); ++i)
+        os << (i ? ", \"" : " \"") << x->roots[i] << "\"";
+    }
     break;
   }
   case Member::Example: {
@@ -426,6 +431,8 @@ void Dumper::decl(const Decl *d) {
       if (auto *t = dyn_cast<TensorEntry>(e.get())) {
         os << "Tensor ";
         tmpl(t->name);
+        if (t->forStack)
+          os << " for " << t->forStack->name << "[" << t->forVar->name << "]";
         os << " = ";
         if (t->tensor.param)
           os << t->tensor.param->str();

@@ -75,6 +75,8 @@ private:
   std::vector<std::pair<std::string, mlir::Value>> locals;
   /// Names of the lets of the layout being generated: read with mdl.get.
   llvm::StringSet<> layoutLets;
+  /// The roots of the config entry being generated.
+  std::vector<std::string> configRoots;
 };
 
 mlir::Type Generator::type(const Type &t) {
@@ -157,9 +159,19 @@ mlir::Value Generator::expr(const Expr *e) {
   case Expr::Call: {
     auto *c = cast<CallExpr>(e);
     Builtin b = *lookupBuiltin(c->callee.name);
-    if (b == Builtin::Hf)
-      return builder.create<HfOp>(
-          l, type(e->type), cast<StringLitExpr>(c->args[0].get())->value);
+    if (b == Builtin::Hf) {
+      // Under `config from "a", "b"`, hf("k") tries a.k, then b.k.
+      const std::string &key = cast<StringLitExpr>(c->args[0].get())->value;
+      if (configRoots.empty())
+        return builder.create<HfOp>(l, type(e->type), key);
+      mlir::Value result;
+      for (auto it = configRoots.rbegin(); it != configRoots.rend(); ++it) {
+        std::string path = it->empty() ? key : *it + "." + key;
+        mlir::Value v = builder.create<HfOp>(l, type(e->type), path);
+        result = result ? builder.create<CoalesceOp>(l, v, result) : v;
+      }
+      return result;
+    }
     llvm::SmallVector<mlir::Value> args;
     for (const ExprPtr &a : c->args)
       args.push_back(expr(a.get()));
@@ -340,7 +352,9 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
   case Member::Config: {
     auto *c = cast<ConfigMember>(mem);
     auto op = builder.create<ConfigOp>(l, c->name.name, type(c->type));
+    configRoots = c->roots;
     yieldRegion(op.getValue(), {c->value.get()});
+    configRoots.clear();
     return;
   }
   case Member::Example:
@@ -584,10 +598,16 @@ void Generator::layout(const LayoutDecl *d) {
           break;
         }
       }
-      auto op = builder.create<TensorOp>(l, name, layoutAttr, copy, offset,
-                                         stored, split, splitBy, on);
+      mlir::FlatSymbolRefAttr forStack;
+      llvm::SmallVector<std::pair<std::string, mlir::Type>> blockArgs;
+      if (t->forStack) {
+        forStack = mlir::FlatSymbolRefAttr::get(&ctx, t->forStack->name);
+        blockArgs.push_back({t->forVar->name, i64()});
+      }
+      auto op = builder.create<TensorOp>(l, name, layoutAttr, forStack, copy,
+                                         offset, stored, split, splitBy, on);
       if (!args.empty())
-        yieldRegion(op.getNameArgs(), args);
+        yieldRegion(op.getNameArgs(), args, blockArgs);
       if (view) {
         llvm::SmallVector<const Expr *> sizes;
         for (const ExprPtr &s : view->shape)
@@ -595,7 +615,7 @@ void Generator::layout(const LayoutDecl *d) {
         yieldRegion(op.getView(), sizes);
       }
       if (t->when)
-        yieldRegion(op.getWhen(), {t->when.get()});
+        yieldRegion(op.getWhen(), {t->when.get()}, blockArgs);
     } else if (auto *m = dyn_cast<MountEntry>(entry.get())) {
       llvm::SmallVector<const Expr *> args;
       mlir::ArrayAttr path = nameTemplate(m->path, args);

@@ -462,12 +462,18 @@ void ASTBuilder::members(const std::vector<P::MemberContext *> &cs,
                          std::vector<MemberPtr> &out) {
   for (auto *m : cs) {
     if (auto *cfg = m->configBlock()) {
+      std::vector<std::string> roots;
+      for (auto *s : cfg->STRING())
+        roots.push_back(unquote(s));
       // Keep config entries and requires in source order.
       for (auto *child : cfg->children) {
-        if (auto *e = dynamic_cast<P::ConfigEntryContext *>(child))
-          out.push_back(std::make_unique<ConfigMember>(
+        if (auto *e = dynamic_cast<P::ConfigEntryContext *>(child)) {
+          auto c = std::make_unique<ConfigMember>(
               ident(e->name()), type(e->typeRef()), expr(e->expr()),
-              range(e)));
+              range(e));
+          c->roots = roots;
+          out.push_back(std::move(c));
+        }
         else if (auto *rq = dynamic_cast<P::RequireDeclContext *>(child))
           out.push_back(require(rq));
       }
@@ -701,6 +707,10 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
   if (auto *x = dynamic_cast<P::TensorEntryContext *>(c)) {
     auto e = std::make_unique<TensorEntry>(r);
     e->name = nameTemplate(x->STRING());
+    if (auto *f = x->forClause()) {
+      e->forStack = ident(f->name(0));
+      e->forVar = ident(f->name(1));
+    }
     auto *te = x->tensorExpr();
     e->tensor.range = range(te);
     if (te->qualifiedName())

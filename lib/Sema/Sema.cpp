@@ -212,6 +212,8 @@ private:
   void checkLayout(const LayoutDecl *l);
   void checkTensorEntry(const ModuleScope &scope, const TensorEntry &e,
                         ExprEnv &env);
+  void checkTensorEntryBody(const ModuleScope &scope, const TensorEntry &e,
+                            ExprEnv &env);
   void checkTemplate(const NameTemplate &t, ExprEnv &env, bool allowFamily);
   void checkBackend(const BackendDecl *b);
 
@@ -1209,6 +1211,21 @@ void Analyzer::checkTemplate(const NameTemplate &t, ExprEnv &env,
 
 void Analyzer::checkTensorEntry(const ModuleScope &scope, const TensorEntry &e,
                                  ExprEnv &env) {
+  size_t depth = env.locals.size();
+  if (e.forStack) {
+    const ModuleSymbol *sym = scope.lookup(e.forStack->name);
+    if (!sym || sym->kind != ModuleSymbol::Stack)
+      error(e.forStack->loc()) << "'" << e.forStack->name
+                               << "' is not a stack of '"
+                               << scope.decl->name.name << "'";
+    env.locals.push_back({e.forVar->name, Type::get(Type::Int)});
+  }
+  checkTensorEntryBody(scope, e, env);
+  env.locals.resize(depth);
+}
+
+void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
+                                    const TensorEntry &e, ExprEnv &env) {
   checkTemplate(e.name, env, /*allowFamily=*/true);
 
   // The parameters the tensor holds, with the dims each part adds.

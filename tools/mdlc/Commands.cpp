@@ -5,6 +5,9 @@
 #include "mdl/AST/ASTDumper.h"
 #include "mdl/Dialect/MDL/MDLOps.h"
 #include "mdl/Driver/Frontend.h"
+#include "mdl/Evaluate/Bind.h"
+#include "mdl/Runtime/Json.h"
+#include "mdl/Transforms/Passes.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -12,6 +15,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mdl;
+using llvm::SmallVector;
+using llvm::dyn_cast;
 
 static int usageError(const std::string &message) {
   llvm::errs() << "mdlc: error: " << message
@@ -77,6 +82,13 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       options.sets.push_back({v->substr(0, eq), v->substr(eq + 1)});
       continue;
     }
+    if (a.rfind("--backend", 0) == 0) {
+      auto v = value(i, "--backend");
+      if (!v || v->empty())
+        return usageError("--backend needs a name");
+      options.backends.push_back(*v);
+      continue;
+    }
     if (a.rfind("--format", 0) == 0) {
       auto v = value(i, "--format");
       if (!v || (*v != "text" && *v != "json"))
@@ -103,6 +115,103 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
   return std::nullopt;
 }
 
+/// The one model of the file given on the command line.
+static ModuleDeclOp theModel(mlir::ModuleOp top, const std::string &file) {
+  SmallVector<ModuleDeclOp> models;
+  for (auto m : top.getOps<ModuleDeclOp>())
+    if (m.getModel())
+      if (auto loc = dyn_cast<mlir::FileLineColLoc>(m.getLoc()))
+        if (loc.getFilename() == file)
+          models.push_back(m);
+  if (models.size() != 1) {
+    llvm::errs() << "mdlc: error: '" << file << "' declares "
+                 << models.size() << " models; this command needs one\n";
+    return {};
+  }
+  return models.front();
+}
+
+/// Loads the HF config for `model`: --hf-config, or its first example.
+static std::unique_ptr<HFConfig> loadConfig(const Options &options,
+                                            ModuleDeclOp model,
+                                            mlir::MLIRContext &context) {
+  std::string path = options.hfConfig;
+  if (path.empty()) {
+    std::vector<std::string> examples = exampleConfigPaths(model);
+    if (examples.empty()) {
+      model.emitError() << "model '" << model.getSymName()
+                        << "' has no example config; pass --hf-config";
+      return nullptr;
+    }
+    path = examples.front();
+  }
+  std::unique_ptr<HFConfig> config = HFConfig::load(path, context);
+  if (config)
+    for (const auto &[key, value] : options.sets)
+      config->addOverride(key, value);
+  return config;
+}
+
+static int runParams(const Options &options, mlir::ModuleOp top,
+                     mlir::MLIRContext &context) {
+  ModuleDeclOp model = theModel(top, options.files.front());
+  if (!model)
+    return 1;
+  std::unique_ptr<HFConfig> config = loadConfig(options, model, context);
+  if (!config)
+    return 1;
+  std::unique_ptr<Instantiation> inst = Instantiation::create(model, *config);
+  if (!inst)
+    return 1;
+  std::string backendName =
+      options.backends.empty() ? "hf" : options.backends.front();
+  std::unique_ptr<Backend> backend = Backend::lookup(model, backendName);
+  if (!backend)
+    return 1;
+  std::unique_ptr<BoundModel> bound = bindModel(*inst, *backend);
+  if (!bound)
+    return 1;
+  RankContext ctx;
+  std::vector<rt::TensorListing> tensors = rt::listTensors(bound->layout, ctx);
+  std::sort(tensors.begin(), tensors.end(),
+            [](const auto &a, const auto &b) { return a.name < b.name; });
+  // Two entries naming one tensor is a bug in the spec.
+  bool dup = false;
+  for (size_t i = 1; i < tensors.size(); ++i)
+    if (tensors[i].name == tensors[i - 1].name) {
+      auto diag = bound->sources[tensors[i].spec->source]->emitError()
+                  << "two layout entries name tensor '" << tensors[i].name
+                  << "'";
+      diag.attachNote(bound->sources[tensors[i - 1].spec->source]->getLoc())
+          << "the other entry";
+      dup = true;
+    }
+  if (dup)
+    return 1;
+  if (options.format == "json") {
+    json::Value arr = json::Value::array();
+    for (const rt::TensorListing &t : tensors) {
+      json::Value o = json::Value::object();
+      o.set("name", json::Value::string(t.name));
+      json::Value shape = json::Value::array();
+      for (int64_t d : t.shape)
+        shape.push(json::Value::integer(d));
+      o.set("shape", std::move(shape));
+      o.set("dtype", json::Value::string(std::string(safetensorsName(t.dtype))));
+      arr.push(std::move(o));
+    }
+    llvm::outs() << json::write(arr, 2) << "\n";
+    return 0;
+  }
+  for (const rt::TensorListing &t : tensors) {
+    llvm::outs() << t.name << "\t[";
+    for (size_t i = 0; i < t.shape.size(); ++i)
+      llvm::outs() << (i ? "," : "") << t.shape[i];
+    llvm::outs() << "]\t" << safetensorsName(t.dtype) << "\n";
+  }
+  return 0;
+}
+
 int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
                     mlir::MLIRContext &context) {
   if (options.verifyDiagnostics)
@@ -127,5 +236,7 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
     llvm::outs() << "\n";
     return 0;
   }
+  if (options.command == "params")
+    return runParams(options, *fe.module, context);
   return 0;
 }

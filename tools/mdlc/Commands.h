@@ -24,6 +24,7 @@ struct Options {
   std::string hfConfig;
   std::vector<std::pair<std::string, std::string>> sets;
   std::string format = "text";
+  std::vector<std::string> backends;
   bool verifyDiagnostics = false;
 };
 

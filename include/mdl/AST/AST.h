@@ -282,6 +282,9 @@ struct ConfigMember : Member {
   Ident name;
   Type type;
   ExprPtr value;
+  /// `config from "text_config", "" { }`: hf("k") looks for each root's
+  /// `k` in turn.
+  std::vector<std::string> roots;
   static bool classof(const Member *m) { return m->getKind() == Config; }
 };
 
@@ -472,6 +475,8 @@ struct NameTemplate {
 struct TensorEntry : LayoutEntry {
   TensorEntry(SMRange r) : LayoutEntry(Tensor, r) {}
   NameTemplate name;
+  /// `"..." for layers[k] = ...`: one entry per element of a stack.
+  std::optional<Ident> forStack, forVar;
   TensorExpr tensor;
   std::vector<TensorOption> options;
   ExprPtr when;

@@ -578,6 +578,17 @@ LogicalResult TensorOp::verify() {
   if (auto on = getOn())
     if (*on != "first" && *on != "last")
       return emitOpError("is placed on 'first' or 'last'");
+  unsigned wantArgs = 0;
+  if (auto stack = getForStack()) {
+    if (!isa_and_nonnull<StackOp>(SymbolTable::lookupSymbolIn(module, *stack)))
+      return emitOpError() << "is repeated for '" << *stack
+                           << "', which is not a stack of the module";
+    wantArgs = 1;
+  }
+  for (Region *r : {&getNameArgs(), &getWhen()})
+    if (!r->empty() && r->front().getNumArguments() != wantArgs)
+      return emitOpError() << "regions take " << wantArgs
+                           << " block argument(s)";
   return verifyTemplate(*this, getName(), getNameArgs(), module,
                         /*allowFamily=*/true);
 }

@@ -227,9 +227,12 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
     index) and integers (the n-th value yielded by `nameArgs`). The options
     are those of the `.mdl` entry: `copy`, `offset`, `stored` (dtype),
     `view` (sizes yielded by `view`), `split` (an axis split evenly by
-    `split_by`), `on` (first or last stage).
+    `split_by`), `on` (first or last stage). With `for_stack`, there is one
+    tensor per element of that stack of the module, and the `nameArgs` and
+    `when` regions take the element's index.
   }];
   let arguments = (ins ArrayAttr:$name, MDL_LayoutAttr:$layout,
+                       OptionalAttr<FlatSymbolRefAttr>:$for_stack,
                        UnitAttr:$copy, OptionalAttr<I64Attr>:$offset,
                        OptionalAttr<MDL_ElementTypeAttr>:$stored,
                        OptionalAttr<I64Attr>:$split,
@@ -238,7 +241,7 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
   let regions = (region AnyRegion:$nameArgs, AnyRegion:$view,
                         AnyRegion:$when);
   let assemblyFormat = [{
-    $name `=` $layout (`copy` $copy^)? (`offset` $offset^)?
+    $name (`for` $for_stack^)? `=` $layout (`copy` $copy^)? (`offset` $offset^)?
     (`stored` $stored^)? (`split` $split^)? (`by` $split_by^)? (`on` $on^)?
     (`args` $nameArgs^)? (`view` $view^)? (`when` $when^)? attr-dict
   }];

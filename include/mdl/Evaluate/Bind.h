@@ -1,0 +1,61 @@
+//===- Bind.h - Bind an instantiated model to a backend --------*- C++ -*-===//
+//
+// Walks the instance tree with the backend's layouts (inherited from its
+// bases module by module), naming every tensor from the mounts above it,
+// and produces the runtime's ModelLayout. Errors are reported at the layout
+// entries that cause them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_EVALUATE_BIND_H
+#define MDL_EVALUATE_BIND_H
+
+#include "mdl/Evaluate/Instance.h"
+#include "mdl/Runtime/Layout.h"
+
+#include <memory>
+
+namespace mdl {
+
+/// A backend profile evaluated for use: its chain of bases, settings and
+/// classes.
+class Backend {
+public:
+  /// Finds backend `name` in the module holding `anchor`; null (after an
+  /// error) if there is none.
+  static std::unique_ptr<Backend> lookup(mlir::Operation *anchor,
+                                         llvm::StringRef name);
+
+  llvm::StringRef name() const {
+    return const_cast<BackendOp &>(chain.front()).getSymName();
+  }
+  /// The backend first, then its bases.
+  llvm::SmallVector<BackendOp> chain;
+
+  /// The layout of `module` for this backend (or the nearest base).
+  LayoutOp layoutFor(ModuleDeclOp module) const;
+  /// A `let` of the backend or its bases, or null.
+  LetOp setting(llvm::StringRef name) const;
+  /// The mesh axes: the backend's own, or its nearest base's.
+  std::vector<MeshAxis> mesh() const;
+
+private:
+  llvm::DenseMap<mlir::Operation *, LayoutOp> layouts;
+};
+
+/// An instantiated model bound to a backend.
+struct BoundModel {
+  rt::ModelLayout layout;
+  /// Source ids of params and tensors index this: the op to report at.
+  std::vector<mlir::Operation *> sources;
+  /// Parallel to layout.params.
+  std::vector<const ConcreteParam *> params;
+};
+
+/// Binds `inst` to `backend`. Returns null after reporting errors.
+std::unique_ptr<BoundModel> bindModel(Instantiation &inst,
+                                      const Backend &backend);
+
+} // namespace mdl
+
+#endif // MDL_EVALUATE_BIND_H

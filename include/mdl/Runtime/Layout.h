@@ -1,0 +1,166 @@
+//===- Layout.h - What each rank of a backend holds ------------*- C++ -*-===//
+//
+// The semantics of layouts, in plain C++17 so that the compiler's checks and
+// the generated code share them. A ModelLayout is a model instantiated for
+// one config and bound to one backend: its logical parameters (atomic named
+// dimensions with sizes, and how mesh axes split them) and its tensors
+// (name templates and axis term trees over those dimensions). Planning it
+// for a rank gives each local tensor with the slices of parameters it holds
+// as strided views, from which conversion copies and coverage checks follow.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_RUNTIME_LAYOUT_H
+#define MDL_RUNTIME_LAYOUT_H
+
+#include "mdl/Runtime/DType.h"
+#include "mdl/Runtime/Parallel.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mdl::rt {
+
+/// Where pipeline parallelism places a parameter or tensor.
+struct Placement {
+  enum Kind { All, First, Last, Layer };
+  Kind kind = All;
+  int64_t layer = 0; // Layer: index in the staged stack
+};
+
+/// How one mesh axis splits one dimension of a parameter. The dimension
+/// may be factored: its atoms, outermost first, are split as one row-major
+/// index, so each rank's chunk must be a box in them.
+struct Split {
+  std::vector<std::string> atoms;
+  MeshAxis axis = MeshAxis::TP;
+  /// When the axis has more ranks than the dimension has entries (and a
+  /// multiple of them), each entry is replicated over axis/size ranks
+  /// instead of being an error (vLLM's kv heads).
+  bool replicateWhenFewer = false;
+  /// Pads the (single-atom) dimension up to a multiple of this before
+  /// splitting (vocab padding); null: no padding.
+  std::function<int64_t(const ParallelConfig &)> padMultiple;
+  /// For messages: "column(G) of layers.3.attn.q".
+  std::string why;
+};
+
+/// A logical parameter of the instantiated model.
+struct Param {
+  std::string path;                 // "layers.3.attn.q", "layers.3.attn.o.bias"
+  DType dtype = DType::BF16;
+  std::vector<std::string> atoms;   // atomic dimension names
+  std::vector<int64_t> sizes;       // their sizes
+  /// The declared axes: how many atoms each spans (for display).
+  std::vector<int> axisAtoms;
+  std::vector<Split> splits;
+  Placement placement;
+  /// For diagnostics: where the parameter was declared.
+  int source = -1;
+
+  int atomIndex(const std::string &name) const;
+  int64_t numElements() const;
+};
+
+/// One term of an axis: an atom, a unit axis, a product, or a part set.
+struct Term {
+  enum Kind { Atom, Unit, Product, Parts };
+  Kind kind = Atom;
+  std::string atom;            // Atom
+  std::vector<Term> children;  // Product
+  struct Part {
+    int param = -1;
+    std::vector<Term> shape;   // a product; empty adds no dimension
+  };
+  std::vector<Part> parts;     // Parts
+
+  static Term makeAtom(std::string name) {
+    Term t;
+    t.atom = std::move(name);
+    return t;
+  }
+};
+
+/// A piece of a tensor name.
+struct NameSegment {
+  enum Kind { Text, Family, LayerIndex };
+  Kind kind = Text;
+  std::string text;   // Text
+  std::string atom;   // Family: one tensor per (local) index of this atom
+  int64_t layer = 0;  // LayerIndex: global index in the staged stack
+};
+
+struct TensorSpec {
+  std::vector<NameSegment> name;
+  /// Each axis is a product of terms.
+  std::vector<std::vector<Term>> axes;
+  /// The parameter, when the tensor holds one (no part set).
+  int param = -1;
+  /// A duplicate of a parameter held by another tensor (tied heads, MTP
+  /// copies): written on export, not counted for coverage.
+  bool copy = false;
+  /// Stored value = logical value + offset (zero-centred norms).
+  int64_t offset = 0;
+  std::optional<DType> stored;
+  /// The stored shape when it differs from the axes (a reinterpretation).
+  std::vector<int64_t> view;
+  /// `split N by axis`: the tensor claims to be an even chunk of its
+  /// gathered form along axis N.
+  std::optional<int> splitAxis;
+  MeshAxis splitBy = MeshAxis::TP;
+  std::optional<Placement> on;
+  /// Whether the tensor exists on a rank; null: always.
+  std::function<bool(const RankContext &)> when;
+  int source = -1;
+};
+
+/// A model bound to one backend.
+struct ModelLayout {
+  std::string model, backend;
+  std::vector<Param> params;
+  std::vector<TensorSpec> tensors;
+  /// Number of layers in the staged stack (0: no pipeline placement).
+  int64_t stagedLayers = 0;
+  bool hasPipeline = false;
+  /// The mesh axes the backend supports.
+  std::vector<MeshAxis> mesh;
+};
+
+/// Renders a tensor name for a rank: family atoms take `familyIndex`,
+/// layer indices are renumbered local to the rank's stage.
+std::string renderName(const TensorSpec &t, int64_t localLayer,
+                       const std::vector<std::pair<std::string, int64_t>>
+                           &familyIndex = {});
+
+/// Size of a term for parameter `param` using `extent(param, atom)`.
+using ExtentFn = std::function<int64_t(int param, const std::string &atom)>;
+int64_t termSize(const Term &t, int param, const ExtentFn &extent);
+
+/// The parameters a tensor holds (one, or one per part).
+std::vector<int> tensorParams(const TensorSpec &t);
+
+/// The unsharded shape of a tensor (its stored shape on one rank with no
+/// parallelism), and the atoms its name is indexed by.
+std::vector<int64_t> globalShape(const ModelLayout &m, const TensorSpec &t);
+std::vector<std::string> familyAtoms(const TensorSpec &t);
+
+/// The dtype a tensor is stored in.
+DType storedDType(const ModelLayout &m, const TensorSpec &t);
+
+/// One concrete tensor of the unsharded layout: its name, stored shape and
+/// dtype. Families are expanded, one entry per index.
+struct TensorListing {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype;
+  const TensorSpec *spec;
+};
+std::vector<TensorListing> listTensors(const ModelLayout &m,
+                                       const RankContext &ctx);
+
+} // namespace mdl::rt
+
+#endif // MDL_RUNTIME_LAYOUT_H

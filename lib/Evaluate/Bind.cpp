@@ -1,0 +1,573 @@
+//===- Bind.cpp - Bind an instantiated model to a backend -----------------===//
+
+#include "mdl/Evaluate/Bind.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace mdl;
+
+//===----------------------------------------------------------------------===//
+// Backend
+//===----------------------------------------------------------------------===//
+
+std::unique_ptr<Backend> Backend::lookup(Operation *anchor, StringRef name) {
+  ModuleOp top = getTopModule(anchor);
+  auto b = dyn_cast_or_null<BackendOp>(SymbolTable::lookupSymbolIn(top, name));
+  if (!b) {
+    SmallVector<StringRef> known;
+    for (auto k : top.getOps<BackendOp>())
+      known.push_back(k.getSymName());
+    auto diag = emitError(anchor->getLoc())
+                << "no backend named '" << name << "'";
+    if (!known.empty()) {
+      diag << " (known: ";
+      llvm::interleaveComma(known, diag);
+      diag << ")";
+    }
+    return nullptr;
+  }
+  auto backend = std::make_unique<Backend>();
+  llvm::SmallPtrSet<Operation *, 4> seen;
+  for (BackendOp cur = b; cur && seen.insert(cur).second;) {
+    backend->chain.push_back(cur);
+    if (!cur.getBase())
+      break;
+    cur = dyn_cast_or_null<BackendOp>(
+        SymbolTable::lookupSymbolIn(top, *cur.getBase()));
+  }
+  // The nearest layout of each module along the chain.
+  for (BackendOp bk : llvm::reverse(backend->chain))
+    for (auto l : top.getOps<LayoutOp>())
+      if (l.getBackend() == bk.getSymName())
+        if (auto m = getLayoutModule(l))
+          backend->layouts[m] = l;
+  return backend;
+}
+
+LayoutOp Backend::layoutFor(ModuleDeclOp module) const {
+  return layouts.lookup(module);
+}
+
+LetOp Backend::setting(StringRef name) const {
+  for (BackendOp b : chain)
+    if (auto l = dyn_cast_or_null<LetOp>(SymbolTable::lookupSymbolIn(b, name)))
+      return l;
+  return {};
+}
+
+std::vector<MeshAxis> Backend::mesh() const {
+  std::vector<MeshAxis> out;
+  for (BackendOp b : chain) {
+    if (b.getMesh().empty())
+      continue;
+    for (Attribute a : b.getMesh())
+      out.push_back(*parseMeshAxis(cast<StringAttr>(a).getValue().str()));
+    break;
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Binding
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Whether evaluating `region` may need the parallel context.
+bool readsContext(Region &region) {
+  bool found = false;
+  region.walk([&](Operation *op) {
+    if (isa<ContextOp>(op))
+      found = true;
+    else if (auto g = dyn_cast<GetOp>(op)) {
+      // A layout's or a backend's let may read the context.
+      Operation *decl = lookupValueDecl(g, g.getName());
+      if (decl && !isa<ModuleDeclOp>(decl->getParentOp()))
+        found = true;
+    }
+  });
+  return found;
+}
+
+class Binder {
+public:
+  Binder(Instantiation &inst, const Backend &backend, BoundModel &out)
+      : inst(inst), backend(backend), out(out) {}
+
+  LogicalResult run();
+
+private:
+  int source(Operation *op) {
+    out.sources.push_back(op);
+    return int(out.sources.size() - 1);
+  }
+  LogicalResult bindParams();
+  LogicalResult bindNode(InstanceNode &node,
+                         const std::vector<rt::NameSegment> &prefix);
+  /// Binds one tensor entry; `element` is the stack element it is
+  /// repeated for, if any.
+  LogicalResult bindTensor(InstanceNode &node, TensorOp op,
+                           const std::vector<rt::NameSegment> &prefix,
+                           InstanceNode *element);
+  FailureOr<std::vector<rt::NameSegment>>
+  renderTemplate(InstanceNode &node, Operation *op, ArrayAttr segments,
+                 Region &args, const EvalValue *index, bool layerIndex);
+  /// The parameter `dotted` of `node`, or -1 when it does not exist in
+  /// this instance (a condition left it out).
+  int findParam(InstanceNode &node, StringRef dotted);
+  FailureOr<rt::Term> term(TermAttr t, ModuleDeclOp scope, InstanceNode &node,
+                           Operation *op, bool &dropped);
+  std::vector<rt::Split> splitsOf(const ConcreteParam &p, InstanceNode &node,
+                                  int index);
+
+  Instantiation &inst;
+  const Backend &backend;
+  BoundModel &out;
+  llvm::StringMap<int> paramIndex;
+  /// Shard overrides by parameter path.
+  llvm::StringMap<ShardOp> overrides;
+  llvm::DenseSet<Operation *> reportedNoLayout;
+};
+
+rt::Placement placementOf(StringRef stage) {
+  rt::Placement p;
+  if (stage == "first")
+    p.kind = rt::Placement::First;
+  else if (stage == "last")
+    p.kind = rt::Placement::Last;
+  else if (stage == "all")
+    p.kind = rt::Placement::All;
+  else {
+    p.kind = rt::Placement::Layer;
+    stage.getAsInteger(10, p.layer);
+  }
+  return p;
+}
+
+std::vector<rt::Split> Binder::splitsOf(const ConcreteParam &p,
+                                        InstanceNode &node, int index) {
+  std::vector<rt::Split> splits;
+  bool grouped = !p.expert.empty();
+  if (grouped) {
+    rt::Split e;
+    e.atoms = {p.expert};
+    e.axis = MeshAxis::EP;
+    e.why = "expert dimension " + p.expert + " of " + p.path;
+    splits.push_back(e);
+  }
+  // The tensor-parallel split: a layout's shard entry, else the style.
+  MeshAxis tpAxis = grouped ? MeshAxis::ETP : MeshAxis::TP;
+  if (ShardOp s = overrides.lookup(p.path)) {
+    rt::Split t;
+    for (StringRef a : getDimAtoms(node.module, s.getDim()))
+      t.atoms.push_back(a.str());
+    t.axis = *parseMeshAxis(s.getAxis().str());
+    t.replicateWhenFewer = s.getReplicate();
+    t.why = "shard " + s.getDim().str() + " of " + p.path;
+    splits.push_back(t);
+    return splits;
+  }
+  if (!p.style || p.style.getKind() == StyleKind::replicated)
+    return splits;
+  rt::Split t;
+  StringRef dim = p.style.getDim().getValue();
+  for (StringRef a : getDimAtoms(node.module, dim))
+    t.atoms.push_back(a.str());
+  t.axis = tpAxis;
+  t.why = stringifyStyleKind(p.style.getKind()).str() + "(" + dim.str() +
+          ") of " + p.path;
+  if (p.style.getKind() == StyleKind::vocab) {
+    if (LetOp pad = backend.setting("vocab_multiple")) {
+      InstanceNode *root = inst.root.get();
+      t.padMultiple = [root, pad](const ParallelConfig &c) mutable -> int64_t {
+        RankContext ctx;
+        ctx.config = c;
+        FailureOr<EvalValue> v =
+            root->evalOne(pad.getValue(), EvalValue::integer(1), &ctx);
+        return succeeded(v) && v->i > 0 ? v->i : 1;
+      };
+    }
+  }
+  (void)index;
+  splits.push_back(t);
+  return splits;
+}
+
+LogicalResult Binder::bindParams() {
+  // Shard entries of every layout in use apply to the parameters of the
+  // instances that layout describes.
+  inst.walk([&](InstanceNode &node) {
+    if (LayoutOp l = backend.layoutFor(node.module))
+      for (auto s : l.getBodyBlock().getOps<ShardOp>())
+        for (Attribute a : s.getParams()) {
+          std::string path = node.path.empty()
+                                 ? cast<StringAttr>(a).str()
+                                 : node.path + "." + cast<StringAttr>(a).str();
+          overrides[path] = s;
+        }
+  });
+  inst.walk([&](InstanceNode &node) {
+    for (const ConcreteParam &p : node.params) {
+      rt::Param rp;
+      rp.path = p.path;
+      rp.dtype = p.dtype;
+      for (const auto &axis : p.axes) {
+        rp.axisAtoms.push_back(int(axis.size()));
+        for (const std::string &a : axis)
+          rp.atoms.push_back(a);
+      }
+      rp.sizes = p.sizes;
+      rp.placement = placementOf(p.stage);
+      rp.source = source(p.decl);
+      int index = int(out.layout.params.size());
+      rp.splits = splitsOf(p, node, index);
+      paramIndex[p.path] = index;
+      out.layout.params.push_back(std::move(rp));
+      out.params.push_back(&p);
+    }
+  });
+  return success();
+}
+
+int Binder::findParam(InstanceNode &node, StringRef dotted) {
+  std::string path =
+      node.path.empty() ? dotted.str() : node.path + "." + dotted.str();
+  auto it = paramIndex.find(path);
+  return it == paramIndex.end() ? -1 : it->second;
+}
+
+FailureOr<std::vector<rt::NameSegment>>
+Binder::renderTemplate(InstanceNode &node, Operation *op, ArrayAttr segments,
+                       Region &args, const EvalValue *index, bool layerIndex) {
+  std::vector<EvalValue> values;
+  if (!args.empty()) {
+    SmallVector<EvalValue, 1> blockArgs;
+    if (index)
+      blockArgs.push_back(*index);
+    FailureOr<std::vector<EvalValue>> v = node.evalRegion(args, blockArgs);
+    if (failed(v))
+      return failure();
+    values = std::move(*v);
+  }
+  auto yield = args.empty() ? YieldOp() : dyn_cast<YieldOp>(args.front().back());
+  std::vector<rt::NameSegment> out;
+  for (Attribute s : segments) {
+    rt::NameSegment seg;
+    if (auto text = dyn_cast<StringAttr>(s)) {
+      seg.text = text.str();
+    } else if (auto ref = dyn_cast<FlatSymbolRefAttr>(s)) {
+      SmallVector<StringRef> atoms = getDimAtoms(node.module, ref.getValue());
+      if (atoms.size() != 1) {
+        op->emitError() << "a name is indexed by an atomic dimension; '"
+                        << ref.getValue() << "' is factored";
+        return failure();
+      }
+      seg.kind = rt::NameSegment::Family;
+      seg.atom = atoms.front().str();
+    } else {
+      int64_t i = cast<IntegerAttr>(s).getInt();
+      const EvalValue &v = values[i];
+      // The index of a pipelined stack is renumbered per stage, so it must
+      // appear as itself.
+      if (layerIndex && index &&
+          yield.getValues()[i] == args.front().getArgument(0)) {
+        seg.kind = rt::NameSegment::LayerIndex;
+        seg.layer = index->i;
+      } else {
+        seg.text = v.kind == EvalValue::String ? v.s : std::to_string(v.i);
+      }
+    }
+    out.push_back(std::move(seg));
+  }
+  if (layerIndex && index &&
+      llvm::none_of(out, [](const rt::NameSegment &s) {
+        return s.kind == rt::NameSegment::LayerIndex;
+      })) {
+    op->emitError() << "the mount of a pipelined stack must name its index "
+                       "as a plain placeholder, as in \"layers.{i}\", so that "
+                       "each stage can renumber it";
+    return failure();
+  }
+  return out;
+}
+
+/// Appends `name` to `prefix`, with a dot unless either is empty.
+std::vector<rt::NameSegment> join(const std::vector<rt::NameSegment> &prefix,
+                                  const std::vector<rt::NameSegment> &name) {
+  std::vector<rt::NameSegment> out = prefix;
+  bool nameEmpty = name.empty() ||
+                   (name.size() == 1 && name[0].kind == rt::NameSegment::Text &&
+                    name[0].text.empty());
+  if (!prefix.empty() && !nameEmpty) {
+    rt::NameSegment dot;
+    dot.text = ".";
+    out.push_back(dot);
+  }
+  if (!nameEmpty)
+    out.insert(out.end(), name.begin(), name.end());
+  return out;
+}
+
+FailureOr<rt::Term> Binder::term(TermAttr t, ModuleDeclOp scope,
+                                 InstanceNode &node, Operation *op,
+                                 bool &dropped) {
+  rt::Term out;
+  switch (t.getKind()) {
+  case TermKind::dim: {
+    SmallVector<StringRef> atoms = getDimAtoms(scope, t.getName().getValue());
+    if (atoms.size() == 1)
+      return rt::Term::makeAtom(atoms.front().str());
+    out.kind = rt::Term::Product;
+    for (StringRef a : atoms)
+      out.children.push_back(rt::Term::makeAtom(a.str()));
+    return out;
+  }
+  case TermKind::unit:
+    out.kind = rt::Term::Unit;
+    return out;
+  case TermKind::product:
+    out.kind = rt::Term::Product;
+    for (TermAttr c : t.terms()) {
+      FailureOr<rt::Term> ct = term(c, scope, node, op, dropped);
+      if (failed(ct))
+        return failure();
+      out.children.push_back(std::move(*ct));
+    }
+    return out;
+  case TermKind::parts:
+    out.kind = rt::Term::Parts;
+    for (TermAttr p : t.terms()) {
+      std::string why;
+      ResolvedParam r = resolveParam(node.module, p.getName().getValue(), why);
+      if (!r.decl) {
+        op->emitError() << why;
+        return failure();
+      }
+      int index = findParam(node, p.getName().getValue());
+      if (index < 0)
+        continue; // a part left out by a condition drops out of the set
+      rt::Term::Part part;
+      part.param = index;
+      for (TermAttr c : p.terms()) {
+        FailureOr<rt::Term> ct = term(c, r.owner, node, op, dropped);
+        if (failed(ct))
+          return failure();
+        part.shape.push_back(std::move(*ct));
+      }
+      out.parts.push_back(std::move(part));
+    }
+    if (out.parts.empty())
+      dropped = true;
+    return out;
+  case TermKind::part:
+    break;
+  }
+  op->emitError("malformed layout term");
+  return failure();
+}
+
+LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
+                                 const std::vector<rt::NameSegment> &prefix,
+                                 InstanceNode *element) {
+  rt::TensorSpec t;
+  t.source = source(op);
+  std::vector<EvalValue> args;
+  if (element)
+    args.push_back(EvalValue::integer(element->stackIndex));
+  // Conditions that do not read the parallel context are decided now.
+  if (!op.getWhen().empty()) {
+    if (readsContext(op.getWhen())) {
+      InstanceNode *n = &node;
+      Region *when = &op.getWhen();
+      t.when = [n, when, args](const RankContext &ctx) {
+        FailureOr<std::vector<EvalValue>> v = n->evalRegion(*when, args, &ctx);
+        return succeeded(v) && v->front().i;
+      };
+    } else {
+      FailureOr<std::vector<EvalValue>> v = node.evalRegion(op.getWhen(), args);
+      if (failed(v))
+        return failure();
+      if (!v->front().i)
+        return success();
+    }
+  }
+  FailureOr<std::vector<rt::NameSegment>> name =
+      renderTemplate(node, op, op.getName(), op.getNameArgs(),
+                     element ? &args.front() : nullptr, false);
+  if (failed(name))
+    return failure();
+  t.name = join(prefix, *name);
+
+  LayoutAttr layout = op.getLayout();
+  if (layout.getParam()) {
+    std::string why;
+    ResolvedParam r = resolveParam(node.module, layout.getParam(), why);
+    if (!r.decl)
+      return op.emitError() << why;
+    t.param = findParam(node, layout.getParam());
+    if (t.param < 0)
+      return success(); // the parameter does not exist here
+  }
+  bool dropped = false;
+  for (TermAttr axis : layout.axisTerms()) {
+    std::vector<rt::Term> terms;
+    for (TermAttr c : axis.terms()) {
+      FailureOr<rt::Term> ct = term(c, node.module, node, op, dropped);
+      if (failed(ct))
+        return failure();
+      terms.push_back(std::move(*ct));
+    }
+    t.axes.push_back(std::move(terms));
+  }
+  if (dropped)
+    return success();
+  t.copy = op.getCopy();
+  if (auto o = op.getOffset())
+    t.offset = int64_t(*o);
+  if (auto s = op.getStored())
+    t.stored = toDType(*s);
+  if (!op.getView().empty()) {
+    FailureOr<std::vector<EvalValue>> v = node.evalRegion(op.getView());
+    if (failed(v))
+      return failure();
+    for (const EvalValue &e : *v) {
+      if (e.i <= 0)
+        return op.emitError() << "view sizes must be positive, not " << e.i;
+      t.view.push_back(e.i);
+    }
+  }
+  if (auto s = op.getSplit()) {
+    t.splitAxis = int(*s);
+    if (auto by = op.getSplitBy())
+      t.splitBy = *parseMeshAxis(by->str());
+  }
+  if (auto on = op.getOn())
+    t.on = placementOf(*on);
+  else if (element)
+    t.on = placementOf(element->stage);
+  out.layout.tensors.push_back(std::move(t));
+  return success();
+}
+
+LogicalResult Binder::bindNode(InstanceNode &node,
+                               const std::vector<rt::NameSegment> &prefix) {
+  LayoutOp layout = backend.layoutFor(node.module);
+  if (!layout && !node.params.empty() &&
+      reportedNoLayout.insert(node.module).second) {
+    auto diag = node.module.emitError()
+                << "module '" << node.module.getSymName()
+                << "' has parameters but no layout for backend '"
+                << backend.name() << "'";
+    diag.attachNote(node.module.getLoc()) << "first used by " << node.describe();
+    return failure();
+  }
+  bool ok = true;
+  if (layout)
+    for (auto t : layout.getBodyBlock().getOps<TensorOp>()) {
+      if (auto stack = t.getForStack()) {
+        auto it = node.stacks.find(stack->str());
+        if (it != node.stacks.end())
+          for (auto &element : it->second)
+            ok &= succeeded(bindTensor(node, t, prefix, element.get()));
+        continue;
+      }
+      ok &= succeeded(bindTensor(node, t, prefix, nullptr));
+    }
+
+  // Where each child is named: the first mount entry whose condition holds,
+  // else the child's own layout's mount, else the member's name.
+  auto mountOf = [&](StringRef member, InstanceNode &child,
+                     const EvalValue *index,
+                     bool staged) -> FailureOr<std::vector<rt::NameSegment>> {
+    if (layout)
+      for (auto m : layout.getBodyBlock().getOps<MountOp>()) {
+        if (m.getMember() != member)
+          continue;
+        FailureOr<EvalValue> w =
+            node.evalOne(m.getWhen(), EvalValue::boolean(true));
+        if (failed(w))
+          return failure();
+        if (!w->i)
+          continue;
+        return renderTemplate(node, m, m.getPath(), m.getPathArgs(), index,
+                              staged);
+      }
+    std::vector<rt::NameSegment> name;
+    rt::NameSegment seg;
+    if (index) {
+      seg.text = member.str() + ".";
+      name.push_back(seg);
+      rt::NameSegment idx;
+      if (staged) {
+        idx.kind = rt::NameSegment::LayerIndex;
+        idx.layer = index->i;
+      } else {
+        idx.text = std::to_string(index->i);
+      }
+      name.push_back(idx);
+      return name;
+    }
+    LayoutOp childLayout = backend.layoutFor(child.module);
+    seg.text = childLayout && childLayout.getMount()
+                   ? childLayout.getMount()->str()
+                   : member.str();
+    name.push_back(seg);
+    return name;
+  };
+
+  for (Operation &op : node.module.getBodyBlock()) {
+    if (auto in = dyn_cast<InstanceOp>(op)) {
+      auto it = node.instances.find(in.getSymName().str());
+      if (it == node.instances.end())
+        continue;
+      FailureOr<std::vector<rt::NameSegment>> m =
+          mountOf(in.getSymName(), *it->second, nullptr, false);
+      if (failed(m) || failed(bindNode(*it->second, join(prefix, *m))))
+        ok = false;
+    } else if (auto st = dyn_cast<StackOp>(op)) {
+      auto it = node.stacks.find(st.getSymName().str());
+      if (it == node.stacks.end())
+        continue;
+      bool staged = !node.parent && it->second.size() &&
+                    it->second.front()->stage != node.stage &&
+                    placementOf(it->second.front()->stage).kind ==
+                        rt::Placement::Layer;
+      for (auto &child : it->second) {
+        EvalValue index = EvalValue::integer(child->stackIndex);
+        FailureOr<std::vector<rt::NameSegment>> m =
+            mountOf(st.getSymName(), *child, &index, staged);
+        if (failed(m) || failed(bindNode(*child, join(prefix, *m)))) {
+          ok = false;
+          break;
+        }
+      }
+      if (staged)
+        out.layout.stagedLayers = int64_t(it->second.size());
+    }
+  }
+  return success(ok);
+}
+
+LogicalResult Binder::run() {
+  out.layout.model = inst.model.getSymName().str();
+  out.layout.backend = backend.name().str();
+  out.layout.mesh = backend.mesh();
+  out.layout.hasPipeline =
+      !inst.model.getBodyBlock().getOps<PipelineOp>().empty();
+  if (failed(bindParams()))
+    return failure();
+  return bindNode(*inst.root, {});
+}
+
+} // namespace
+
+std::unique_ptr<BoundModel> mdl::bindModel(Instantiation &inst,
+                                           const Backend &backend) {
+  auto out = std::make_unique<BoundModel>();
+  if (failed(Binder(inst, backend, *out).run()))
+    return nullptr;
+  return out;
+}
