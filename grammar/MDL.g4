@@ -210,7 +210,7 @@ name
   | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'pipeline' | 'extends'
-  | 'from'
+  | 'from' | 'dtype'
   ;
 
 INT     : [0-9]+ ;

@@ -12,14 +12,18 @@ using namespace mdl;
 FrontendResult mdl::runFrontend(const std::vector<std::string> &paths,
                                 const LoadOptions &options,
                                 llvm::SourceMgr &sourceMgr,
-                                mlir::MLIRContext &context, bool generateIR) {
+                                mlir::MLIRContext &context,
+                                FrontendStage stage) {
   context.getOrLoadDialect<MDLDialect>();
   FrontendResult result;
   std::unique_ptr<Program> program =
       loadProgram(paths, options, sourceMgr, context);
-  if (!program || mlir::failed(analyze(*program, sourceMgr, context)))
+  if (!program)
     return result;
-  if (generateIR) {
+  if (stage != FrontendStage::Parse &&
+      mlir::failed(analyze(*program, sourceMgr, context)))
+    return result;
+  if (stage == FrontendStage::GenerateIR) {
     result.module = mlirGen(*program, sourceMgr, context);
     if (!result.module)
       return result;

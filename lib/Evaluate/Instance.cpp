@@ -88,8 +88,9 @@ std::unique_ptr<HFConfig> HFConfig::load(const std::string &path,
                                          MLIRContext &context) {
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer) {
-    emitError(FileLineColLoc::get(&context, path, 0, 0))
-        << "cannot read HF config: " << buffer.getError().message();
+    emitError(UnknownLoc::get(&context))
+        << "cannot read HF config '" << path
+        << "': " << buffer.getError().message();
     return nullptr;
   }
   auto config = std::unique_ptr<HFConfig>(new HFConfig());

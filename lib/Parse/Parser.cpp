@@ -99,7 +99,13 @@ private:
   }
 
   /// ANTLR's messages are terse; say the same thing in the project's voice.
-  static std::string rewrite(const std::string &msg) {
+  /// A long list of expected tokens says nothing useful: drop it.
+  static std::string rewrite(const std::string &original) {
+    std::string msg = original;
+    size_t expecting = msg.find(" expecting {");
+    if (expecting != std::string::npos &&
+        std::count(msg.begin() + expecting, msg.end(), ',') >= 6)
+      msg.erase(expecting);
     llvm::StringRef m(msg);
     if (m.starts_with("token recognition error at: "))
       return "unexpected character " +

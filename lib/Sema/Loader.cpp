@@ -110,8 +110,9 @@ const ast::File *Loader::load(const std::string &path, llvm::SMLoc importLoc) {
       mlir::emitError(loc(importLoc))
           << "cannot open '" << path << "': " << bufferOrErr.getError().message();
     else
-      mlir::emitError(mlir::FileLineColLoc::get(&ctx, path, 0, 0))
-          << "cannot open file: " << bufferOrErr.getError().message();
+      mlir::emitError(mlir::UnknownLoc::get(&ctx))
+          << "cannot open '" << path
+          << "': " << bufferOrErr.getError().message();
     failed = true;
     return nullptr;
   }

@@ -364,11 +364,10 @@ Type Analyzer::typeOfSymbol(const ModuleScope &scope, const ModuleSymbol &sym,
     return Type();
   if (auto it = inferred.find(let); it != inferred.end())
     return it->second;
-  if (!inferring.insert(let).second) {
-    error(useLoc) << "the type of '" << let->name.name
-                  << "' depends on itself; give it a type";
+  // A let whose type depends on itself is a circular definition, which
+  // checkValueCycles reports.
+  if (!inferring.insert(let).second)
     return Type();
-  }
   ExprEnv env;
   env.scope = &scope;
   Type t = check(let->value.get(), env);
@@ -1127,48 +1126,45 @@ void Analyzer::checkValueCycles(const ModuleScope &scope) {
     else if (auto *d = dyn_cast_or_null<DimMember>(sym.member)) {
       collect(d->size.get(), out);
       for (const Ident &f : d->factors)
-        if (const ModuleSymbol *s = scope.lookup(f.name))
-          out.push_back({s, f.loc()});
+        if (f.name != d->name.name) // reported on its own
+          if (const ModuleSymbol *s = scope.lookup(f.name))
+            out.push_back({s, f.loc()});
     }
   }
-  // Depth-first search; report each cycle once, at its first member.
+  // Depth-first search; report each cycle once, where it closes.
   llvm::DenseMap<const void *, int> state; // 1 = on stack, 2 = done
   std::vector<const ModuleSymbol *> stack;
-  std::function<bool(const ModuleSymbol *)> visit =
-      [&](const ModuleSymbol *s) -> bool {
-    state[s] = 1;
-    stack.push_back(s);
-    for (auto &[target, useLoc] : edges[s]) {
-      auto *t = static_cast<const ModuleSymbol *>(target);
-      if (state[t] == 1) {
-        // Names along the cycle.
-        std::string chain;
-        bool on = false;
-        for (const ModuleSymbol *x : stack) {
-          if (x == t)
-            on = true;
-          if (!on)
-            continue;
-          for (auto &[n, sym] : scope.symbols)
-            if (&sym == x)
-              chain += n.str() + " -> ";
-        }
-        for (auto &[n, sym] : scope.symbols)
-          if (&sym == t)
-            chain += n.str();
-        error(useLoc) << "circular definition: " << chain;
-        return true;
-      }
-      if (state[t] == 0 && visit(t))
-        return true;
-    }
-    stack.pop_back();
-    state[s] = 2;
-    return false;
+  auto nameOf = [&](const ModuleSymbol *x) -> std::string {
+    for (auto &[n, sym] : scope.symbols)
+      if (&sym == x)
+        return n.str();
+    return "?";
   };
+  std::function<void(const ModuleSymbol *)> visit =
+      [&](const ModuleSymbol *s) {
+        state[s] = 1;
+        stack.push_back(s);
+        for (auto &[target, useLoc] : edges[s]) {
+          auto *t = static_cast<const ModuleSymbol *>(target);
+          if (state[t] == 1) {
+            std::string chain;
+            bool on = false;
+            for (const ModuleSymbol *x : stack) {
+              on |= x == t;
+              if (on)
+                chain += nameOf(x) + " -> ";
+            }
+            error(useLoc) << "circular definition: " << chain << nameOf(t);
+          } else if (state[t] == 0) {
+            visit(t);
+          }
+        }
+        stack.pop_back();
+        state[s] = 2;
+      };
   for (auto &[name, sym] : scope.symbols)
-    if (state[&sym] == 0 && visit(&sym))
-      return;
+    if (state[&sym] == 0)
+      visit(&sym);
 }
 
 void Analyzer::checkModule(const ModuleDecl *m) {
@@ -1396,16 +1392,21 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
         continue;
       }
       bool isStack = sym->kind == ModuleSymbol::Stack;
-      if (isStack && !m->indexVar)
+      bool valid = true;
+      if (isStack && !m->indexVar) {
         error(m->member.loc()) << "stack '" << m->member.name
                                << "' is mounted with an index: "
                                << m->member.name << "[i] at \"...{i}\"";
-      if (!isStack && m->indexVar)
+        valid = false;
+      }
+      if (!isStack && m->indexVar) {
         error(m->indexVar->loc()) << "'" << m->member.name
                                   << "' is not a stack and takes no index";
+        valid = false;
+      }
       if (m->when && isStack)
         error(m->when->getLoc()) << "a stack is mounted unconditionally";
-      if (!m->when && !mounted.insert(m->member.name).second)
+      if (valid && !m->when && !mounted.insert(m->member.name).second)
         error(m->member.loc()) << "'" << m->member.name
                                << "' is mounted twice";
       if (m->indexVar)

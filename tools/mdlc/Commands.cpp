@@ -212,8 +212,101 @@ static int runParams(const Options &options, mlir::ModuleOp top,
   return 0;
 }
 
+/// Backends that lay out at least one module of `model`'s file set, in
+/// declaration order.
+static std::vector<std::string> backendsInUse(mlir::ModuleOp top) {
+  std::vector<std::string> names;
+  for (auto b : top.getOps<BackendOp>()) {
+    bool used = llvm::any_of(top.getOps<LayoutOp>(), [&](LayoutOp l) {
+      return l.getBackend() == b.getSymName();
+    });
+    if (used)
+      names.push_back(b.getSymName().str());
+  }
+  return names;
+}
+
+static std::string humanCount(int64_t n) {
+  char buf[32];
+  if (n >= 1000000000)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1000000)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  return buf;
+}
+
+/// `mdlc check`: every model of the files, with each example config (or
+/// --hf-config), bound to each backend; one summary line per model and
+/// config.
+static int runCheck(const Options &options, mlir::ModuleOp top,
+                    mlir::MLIRContext &context) {
+  std::vector<std::string> backends =
+      options.backends.empty() ? backendsInUse(top) : options.backends;
+  bool ok = true;
+  for (auto model : top.getOps<ModuleDeclOp>()) {
+    if (!model.getModel())
+      continue;
+    auto loc = dyn_cast<mlir::FileLineColLoc>(model.getLoc());
+    if (!loc || !llvm::is_contained(options.files, loc.getFilename().str()))
+      continue;
+    std::vector<std::string> configs;
+    if (!options.hfConfig.empty())
+      configs.push_back(options.hfConfig);
+    else
+      configs = exampleConfigPaths(model);
+    if (configs.empty())
+      llvm::outs() << model.getSymName()
+                   << ": checked; no example config to instantiate\n";
+    for (const std::string &path : configs) {
+      std::unique_ptr<HFConfig> config = HFConfig::load(path, context);
+      if (!config) {
+        ok = false;
+        continue;
+      }
+      for (const auto &[key, value] : options.sets)
+        config->addOverride(key, value);
+      std::unique_ptr<Instantiation> inst =
+          Instantiation::create(model, *config);
+      if (!inst) {
+        ok = false;
+        continue;
+      }
+      std::vector<const ConcreteParam *> params = inst->allParams();
+      int64_t elements = 0;
+      for (const ConcreteParam *p : params)
+        elements += p->numElements();
+      std::string line = model.getSymName().str() + " (" + path +
+                         "): " + std::to_string(params.size()) +
+                         " parameters, " + humanCount(elements) + " elements";
+      for (const std::string &b : backends) {
+        std::unique_ptr<Backend> backend = Backend::lookup(model, b);
+        std::unique_ptr<BoundModel> bound =
+            backend ? bindModel(*inst, *backend) : nullptr;
+        if (!bound) {
+          ok = false;
+          continue;
+        }
+        size_t count = rt::listTensors(bound->layout, RankContext()).size();
+        line += "; " + b + ": " + std::to_string(count) + " tensors";
+      }
+      llvm::outs() << line << "\n";
+    }
+  }
+  return ok ? 0 : 1;
+}
+
 int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
                     mlir::MLIRContext &context) {
+  for (const std::string &f : options.files) {
+    auto buffer = llvm::MemoryBuffer::getFile(f, /*IsText=*/true);
+    if (!buffer) {
+      llvm::errs() << "mdlc: error: cannot open '" << f
+                   << "': " << buffer.getError().message() << "\n";
+      return 1;
+    }
+  }
   if (options.verifyDiagnostics)
     for (const std::string &f : options.files)
       if (auto buffer = llvm::MemoryBuffer::getFile(f, /*IsText=*/true))
@@ -221,9 +314,10 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
 
   LoadOptions load;
   load.includeDirs = options.includeDirs;
-  bool needIR = options.command != "ast";
-  FrontendResult fe =
-      runFrontend(options.files, load, sourceMgr, context, needIR);
+  FrontendResult fe = runFrontend(options.files, load, sourceMgr, context,
+                                  options.command == "ast"
+                                      ? FrontendStage::Parse
+                                      : FrontendStage::GenerateIR);
   if (!fe.program)
     return 1;
   if (options.command == "ast") {
@@ -238,5 +332,5 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
   }
   if (options.command == "params")
     return runParams(options, *fe.module, context);
-  return 0;
+  return runCheck(options, *fe.module, context);
 }

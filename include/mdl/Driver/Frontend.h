@@ -29,13 +29,17 @@ struct FrontendResult {
   mlir::OwningOpRef<mlir::ModuleOp> module;
 };
 
-/// Loads and analyses `paths`; when `generateIR` is set also lowers them to
-/// the mdl dialect. Diagnostics go to the context's handler. On failure the
-/// result's members are null.
+/// How far the front end goes.
+enum class FrontendStage { Parse, Analyze, GenerateIR };
+
+/// Loads `paths` and what they import; then, up to `stage`, analyses them
+/// and lowers them to the mdl dialect. Diagnostics go to the context's
+/// handler. On failure the result's members are null.
 FrontendResult runFrontend(const std::vector<std::string> &paths,
                            const LoadOptions &options,
                            llvm::SourceMgr &sourceMgr,
-                           mlir::MLIRContext &context, bool generateIR = true);
+                           mlir::MLIRContext &context,
+                           FrontendStage stage = FrontendStage::GenerateIR);
 
 } // namespace mdl
 

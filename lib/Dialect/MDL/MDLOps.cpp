@@ -252,7 +252,8 @@ LogicalResult DimOp::verifyRegions() {
   if (!factored)
     return verifyYields(*this, getSize(), i64(getContext()), "size");
   auto module = (*this)->getParentOfType<ModuleDeclOp>();
-  for (Attribute f : *getFactors()) {
+  ArrayAttr factors = *getFactors();
+  for (Attribute f : factors) {
     StringRef name = cast<FlatSymbolRefAttr>(f).getValue();
     if (name == getSymName())
       return emitOpError("a dimension cannot be its own factor");

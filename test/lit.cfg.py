@@ -1,0 +1,34 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "MDL"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mdl", ".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.mdl_obj_root, "test")
+# Inputs of tests are not tests themselves.
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt"]
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%models", os.path.join(config.mdl_src_root, "models")))
+config.substitutions.append(("%configs", os.path.join(config.mdl_src_root, "models", "configs")))
+config.substitutions.append(("%mdl_src", config.mdl_src_root))
+config.substitutions.append(("%python", "/usr/bin/python3"))
+
+llvm_config.use_default_substitutions()
+llvm_config.with_system_environment(["HOME", "TMPDIR"])
+
+tool_dirs = [config.mdl_tools_dir, config.llvm_tools_dir]
+tools = ["mdlc", "mdl-opt"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
+llvm_config.with_environment("PATH", config.mdl_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+if config.mdl_sanitize in ("ON", "1", "TRUE", "YES"):
+    # Leaks in MLIR's own static singletons are not ours to fix.
+    config.environment["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=0"
+    config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
