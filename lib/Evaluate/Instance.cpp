@@ -134,13 +134,26 @@ const json::Value *HFConfig::lookup(StringRef path) const {
   return v;
 }
 
-Location HFConfig::locate(const json::Value &v, MLIRContext &ctx) const {
+std::optional<Location> HFConfig::locate(const json::Value &v,
+                                         MLIRContext &ctx) const {
   // Overridden values live on the command line, not in the file.
   for (const auto &o : overrides)
-    if (&o.second == &v)
-      return NameLoc::get(StringAttr::get(&ctx, "--set " + o.first));
+    if (isWithin(o.second, v))
+      return std::nullopt;
   auto [line, col] = json::lineColumn(text, v.offset);
   return FileLineColLoc::get(&ctx, filePath, line, col);
+}
+
+bool HFConfig::isWithin(const json::Value &root, const json::Value &v) {
+  if (&root == &v)
+    return true;
+  for (const json::Value &e : root.elements())
+    if (isWithin(e, v))
+      return true;
+  for (const auto &m : root.members())
+    if (isWithin(m.second, v))
+      return true;
+  return false;
 }
 
 //===----------------------------------------------------------------------===//
@@ -250,11 +263,14 @@ FailureOr<EvalValue> Interpreter::fromJson(HfOp op, const json::Value &j,
                                            Type type, StringRef path) {
   MLIRContext *mctx = op->getContext();
   auto mismatch = [&](StringRef want) -> FailureOr<EvalValue> {
-    auto diag = op.emitError()
-                << "'" << path << "' in '" << config.path() << "' is "
-                << json::Value::kindName(j.kind()) << ", but the spec reads "
-                << want;
-    diag.attachNote(config.locate(j, *mctx)) << "the value is here";
+    std::optional<Location> where = config.locate(j, *mctx);
+    auto diag = op.emitError() << "'" << path << "' "
+                               << (where ? "in '" + config.path() + "'"
+                                         : std::string("(from --set)"))
+                               << " is " << json::Value::kindName(j.kind())
+                               << ", but the spec reads " << want;
+    if (where)
+      diag.attachNote(*where) << "the value is here";
     return failure();
   };
   if (type.isInteger(64)) {
@@ -279,7 +295,8 @@ FailureOr<EvalValue> Interpreter::fromJson(HfOp op, const json::Value &j,
     if (!d) {
       auto diag = op.emitError() << "'" << path << "' names unknown dtype '"
                                  << j.asString() << "'";
-      diag.attachNote(config.locate(j, *mctx)) << "the value is here";
+      if (std::optional<Location> where = config.locate(j, *mctx))
+        diag.attachNote(*where) << "the value is here";
       return failure();
     }
     EvalValue e;
@@ -657,6 +674,9 @@ FailureOr<EvalValue> InstanceNode::evalOne(Region &region,
 FailureOr<EvalValue> InstanceNode::get(StringRef name, Location useLoc) {
   if (auto it = cache.find(name); it != cache.end())
     return it->second;
+  // A value that failed was reported once; its users fail quietly.
+  if (failedNames.contains(name))
+    return failure();
   Operation *decl = SymbolTable::lookupSymbolIn(module, name);
   if (!decl) {
     emitError(useLoc) << "'" << name << "' is not defined in '"
@@ -702,12 +722,14 @@ FailureOr<EvalValue> InstanceNode::get(StringRef name, Location useLoc) {
     emitError(useLoc) << "'" << name << "' is not a value";
     return failure();
   }
-  if (failed(result))
-    return failure();
-  if (isDimDecl(decl) && result->i <= 0) {
+  if (succeeded(result) && isDimDecl(decl) && result->i <= 0) {
     emitError(decl->getLoc()) << "dimension '" << name << "' of " << describe()
                               << " has size " << result->i
                               << "; sizes must be positive";
+    result = failure();
+  }
+  if (failed(result)) {
+    failedNames.insert(name);
     return failure();
   }
   cache[name] = *result;

@@ -53,6 +53,8 @@ int main(int argc, char **argv) {
 
   mlir::MLIRContext context;
   context.getOrLoadDialect<MDLDialect>();
+  // Users see their spec's lines, never the IR behind them.
+  context.printOpOnDiagnostic(false);
   // Errors print as file:line:col with the source line and a caret.
   llvm::SourceMgr sourceMgr;
   std::unique_ptr<mlir::SourceMgrDiagnosticHandler> handler;

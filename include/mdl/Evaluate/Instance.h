@@ -19,6 +19,7 @@
 #include "mlir/Support/LogicalResult.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <map>
 #include <memory>
@@ -74,10 +75,13 @@ public:
   /// The value at a dotted path, or null.
   const json::Value *lookup(llvm::StringRef path) const;
   const std::string &path() const { return filePath; }
-  /// The location of a value of the config, for diagnostics.
-  mlir::Location locate(const json::Value &v, mlir::MLIRContext &ctx) const;
+  /// The location of a value in the config file, for diagnostics; none
+  /// for a value given with --set.
+  std::optional<mlir::Location> locate(const json::Value &v,
+                                       mlir::MLIRContext &ctx) const;
 
 private:
+  static bool isWithin(const json::Value &root, const json::Value &v);
   std::string filePath;
   std::string text;
   json::Value root;
@@ -150,6 +154,7 @@ private:
   llvm::StringMap<EvalValue> inputs;
   llvm::StringMap<EvalValue> cache;
   llvm::StringMap<bool> inProgress;
+  llvm::StringSet<> failedNames;
 };
 
 /// A model evaluated against an HF config.

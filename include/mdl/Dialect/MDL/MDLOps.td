@@ -117,7 +117,7 @@ def MDL_ParamOp : MDL_Op<"param", [Symbol]> {
                        OptionalAttr<MDL_ParallelStyleAttr>:$style);
   let regions = (region AnyRegion:$cond);
   let assemblyFormat = [{
-    $sym_name (`[` $expert^ `]`)? `:` $shape ($dtype^)? (`style` $style^)?
+    $sym_name (`[` $expert^ `]`)? `:` $shape (`dtype` $dtype^)? (`style` $style^)?
     (`if` $cond^)? attr-dict
   }];
   let hasVerifier = 1;
@@ -133,7 +133,7 @@ def MDL_LinearOp : MDL_Op<"linear", [Symbol]> {
                        UnitAttr:$bias);
   let regions = (region AnyRegion:$biasCond, AnyRegion:$cond);
   let assemblyFormat = [{
-    $sym_name (`[` $expert^ `]`)? `:` $in `->` $out ($dtype^)? $style
+    $sym_name (`[` $expert^ `]`)? `:` $in `->` $out (`dtype` $dtype^)? $style
     (`bias` $bias^)? (`bias_if` $biasCond^)? (`if` $cond^)? attr-dict
   }];
   let hasVerifier = 1;
