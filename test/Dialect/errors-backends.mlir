@@ -239,7 +239,7 @@ mdl.instance_of @i of @m from "c.json" config {} {
 mdl.module @m {
   mdl.input @H : i64 dim
   // expected-error@+1 {{a replicated parameter splits no dimension}}
-  mdl.param @p : [[@H]] style <replicated "H">
+  mdl.param @p : [[@H]] style <replicated, "H">
 }
 
 // -----

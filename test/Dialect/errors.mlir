@@ -102,7 +102,7 @@ mdl.module @m {
 mdl.module @m {
   mdl.input @H : i64 dim
   // expected-error@+1 {{'mdl.param' op column and row styles are for linears}}
-  mdl.param @p : [[@H]] style <column "H">
+  mdl.param @p : [[@H]] style <column, "H">
 }
 
 // -----
@@ -111,7 +111,7 @@ mdl.module @m {
   mdl.input @H : i64 dim
   mdl.input @G : i64 dim
   // expected-error@+1 {{'mdl.param' op style splits 'G', which is not a dimension of the shape}}
-  mdl.param @p : [[@H]] style <shard "G">
+  mdl.param @p : [[@H]] style <shard, "G">
 }
 
 // -----
@@ -119,7 +119,7 @@ mdl.module @m {
 mdl.module @m {
   mdl.input @H : i64 dim
   // expected-error@+1 {{style 'shard' needs the dimension it splits}}
-  mdl.param @p : [[@H]] style <shard "">
+  mdl.param @p : [[@H]] style <shard, "">
 }
 
 // -----
@@ -128,7 +128,7 @@ mdl.module @m {
   mdl.input @H : i64 dim
   mdl.input @F : i64 dim
   // expected-error@+1 {{'mdl.linear' op splits output dimension 'H', which the output does not have}}
-  mdl.linear @l : [[@H]] -> [[@F]] <column "H">
+  mdl.linear @l : [[@H]] -> [[@F]] <column, "H">
 }
 
 // -----
@@ -137,7 +137,7 @@ mdl.module @m {
   mdl.input @H : i64 dim
   mdl.input @F : i64 dim
   // expected-error@+1 {{'mdl.linear' op splits input dimension 'F', which the input does not have}}
-  mdl.linear @l : [[@H]] -> [[@F]] <row "F">
+  mdl.linear @l : [[@H]] -> [[@F]] <row, "F">
 }
 
 // -----
@@ -146,7 +146,7 @@ mdl.module @m {
   mdl.input @H : i64 dim
   mdl.input @F : i64 dim
   // expected-error@+1 {{'mdl.linear' op a linear is split by column, row or vocab}}
-  mdl.linear @l : [[@H]] -> [[@F]] <shard "F">
+  mdl.linear @l : [[@H]] -> [[@F]] <shard, "F">
 }
 
 // -----
@@ -155,7 +155,7 @@ mdl.module @m {
   mdl.input @H : i64 dim
   mdl.input @F : i64 dim
   // expected-error@+1 {{'mdl.linear' op has a bias condition but no bias}}
-  mdl.linear @l : [[@H]] -> [[@F]] <column "F"> bias_if {
+  mdl.linear @l : [[@H]] -> [[@F]] <column, "F"> bias_if {
     %0 = mdl.constant true : i1
     mdl.yield %0 : i1
   }

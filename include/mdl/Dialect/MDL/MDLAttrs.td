@@ -42,7 +42,7 @@ def MDL_ParallelStyleAttr : MDL_Attr<"ParallelStyle", "style"> {
   }];
   let parameters = (ins "::mdl::StyleKind":$kind,
                         OptionalParameter<"::mlir::StringAttr">:$dim);
-  let assemblyFormat = "`<` $kind ($dim^)? `>`";
+  let assemblyFormat = "`<` $kind (`,` $dim^)? `>`";
   let genVerifyDecl = 1;
 }
 
