@@ -107,9 +107,23 @@ private:
         std::count(msg.begin() + expecting, msg.end(), ',') >= 6)
       msg.erase(expecting);
     llvm::StringRef m(msg);
-    if (m.starts_with("token recognition error at: "))
-      return "unexpected character " +
-             m.drop_front(strlen("token recognition error at: ")).str();
+    if (m.starts_with("token recognition error at: ")) {
+      llvm::StringRef what = m.drop_front(strlen("token recognition error at: "));
+      if (what.starts_with("'\""))
+        return "unterminated string literal";
+      // Show control characters as escapes, not raw bytes.
+      std::string shown;
+      for (char c : what.drop_front().drop_back()) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char buf[8];
+          snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+          shown += buf;
+        } else {
+          shown += c;
+        }
+      }
+      return "unexpected character '" + shown + "'";
+    }
     if (m.starts_with("extraneous input "))
       return "unexpected " + m.drop_front(strlen("extraneous input ")).str();
     if (m.starts_with("mismatched input "))
@@ -874,6 +888,26 @@ const char *findInvalidUTF8(llvm::StringRef text) {
   return nullptr;
 }
 
+/// Finds a block comment that never ends.
+const char *findUnterminatedComment(llvm::StringRef text) {
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    if (text[i] == '"') { // skip string literals
+      for (++i; i < text.size() && text[i] != '"' && text[i] != '\n'; ++i)
+        if (text[i] == '\\')
+          ++i;
+    } else if (text[i] == '/' && text[i + 1] == '/') {
+      while (i < text.size() && text[i] != '\n')
+        ++i;
+    } else if (text[i] == '/' && text[i + 1] == '*') {
+      size_t end = text.find("*/", i + 2);
+      if (end == llvm::StringRef::npos)
+        return text.data() + i;
+      i = end + 1;
+    }
+  }
+  return nullptr;
+}
+
 /// Rejects nesting deeper than the parser may safely recurse, before the
 /// (recursive) ANTLR parser sees it.
 const char *findTooDeep(llvm::StringRef text) {
@@ -909,6 +943,10 @@ std::unique_ptr<File> mdl::parseFile(llvm::SourceMgr &sourceMgr,
   };
   if (const char *bad = findInvalidUTF8(text)) {
     mlir::emitError(located(bad)) << "invalid UTF-8 in source file";
+    return nullptr;
+  }
+  if (const char *comment = findUnterminatedComment(text)) {
+    mlir::emitError(located(comment)) << "unterminated /* comment";
     return nullptr;
   }
   if (const char *deep = findTooDeep(text)) {
