@@ -56,6 +56,43 @@ private:
   std::vector<size_t> offsets;
 };
 
+/// ANTLR's messages are terse; say the same thing in the project's voice.
+/// A long list of expected tokens says nothing useful: drop it.
+std::string rewrite(const std::string &original) {
+  std::string msg = original;
+  size_t expecting = msg.find(" expecting {");
+  if (expecting != std::string::npos &&
+      std::count(msg.begin() + expecting, msg.end(), ',') >= 6)
+    msg.erase(expecting);
+  llvm::StringRef m(msg);
+  if (m.starts_with("token recognition error at: ")) {
+    llvm::StringRef what = m.drop_front(strlen("token recognition error at: "));
+    if (what.starts_with("'\""))
+      return "unterminated string literal";
+    // Show control characters as escapes, not raw bytes.
+    std::string shown;
+    for (char c : what.drop_front().drop_back()) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        char buf[8];
+        snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+        shown += buf;
+      } else {
+        shown += c;
+      }
+    }
+    return "unexpected character '" + shown + "'";
+  }
+  if (m.starts_with("extraneous input "))
+    return "unexpected " + m.drop_front(strlen("extraneous input ")).str();
+  if (m.starts_with("mismatched input "))
+    return "unexpected " + m.drop_front(strlen("mismatched input ")).str();
+  if (m.starts_with("no viable alternative at input "))
+    return "cannot parse " +
+           m.drop_front(strlen("no viable alternative at input ")).str();
+  return msg;
+}
+
+
 /// Reports ANTLR's lexer and parser errors as located diagnostics.
 class DiagnosticErrorListener : public antlr4::BaseErrorListener {
 public:
@@ -96,42 +133,6 @@ private:
         ++c;
     }
     return llvm::SMLoc::getFromPointer(p);
-  }
-
-  /// ANTLR's messages are terse; say the same thing in the project's voice.
-  /// A long list of expected tokens says nothing useful: drop it.
-  static std::string rewrite(const std::string &original) {
-    std::string msg = original;
-    size_t expecting = msg.find(" expecting {");
-    if (expecting != std::string::npos &&
-        std::count(msg.begin() + expecting, msg.end(), ',') >= 6)
-      msg.erase(expecting);
-    llvm::StringRef m(msg);
-    if (m.starts_with("token recognition error at: ")) {
-      llvm::StringRef what = m.drop_front(strlen("token recognition error at: "));
-      if (what.starts_with("'\""))
-        return "unterminated string literal";
-      // Show control characters as escapes, not raw bytes.
-      std::string shown;
-      for (char c : what.drop_front().drop_back()) {
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          char buf[8];
-          snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-          shown += buf;
-        } else {
-          shown += c;
-        }
-      }
-      return "unexpected character '" + shown + "'";
-    }
-    if (m.starts_with("extraneous input "))
-      return "unexpected " + m.drop_front(strlen("extraneous input ")).str();
-    if (m.starts_with("mismatched input "))
-      return "unexpected " + m.drop_front(strlen("mismatched input ")).str();
-    if (m.starts_with("no viable alternative at input "))
-      return "cannot parse " +
-             m.drop_front(strlen("no viable alternative at input ")).str();
-    return msg;
   }
 
   llvm::SourceMgr &sm;
@@ -429,7 +430,7 @@ NameTemplate ASTBuilder::nameTemplate(antlr4::tree::TerminalNode *t) {
                          ? tok->getStartIndex()
                          : col;
         (builder->*err)(llvm::SMLoc::getFromPointer(start + off))
-            << "in name placeholder: " << msg;
+            << "in name placeholder: " << rewrite(msg);
       }
     } listener;
     listener.start = innerStart;

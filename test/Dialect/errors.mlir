@@ -307,3 +307,26 @@ mdl.layout @b of @c {
   // expected-error@+1 {{'mdl.needs' op cannot appear in a layout}}
   mdl.needs "uva"
 }
+
+// -----
+
+mdl.module @c { }
+mdl.module @m {
+  // A region of an op whose regions need no terminator.
+  // expected-error@+1 {{'mdl.instance' op condition region must end in mdl.yield}}
+  mdl.instance @i {
+    mdl.case @c [] {
+      mdl.yield
+    }
+  } if {
+    %0 = mdl.constant true : i1
+  }
+}
+
+// -----
+
+mdl.module @m {
+  mdl.input @H : i64 dim
+  // expected-error@+1 {{'mdl.param' op shape names dimensions by symbol}}
+  mdl.param @p : [["H"]]
+}
