@@ -103,9 +103,13 @@ argument : (name '=')? expr ;
 pipelineDecl : 'pipeline' '{' pipelineEntry* '}' ;
 pipelineEntry
   : 'first' name (',' name)* ';'      # firstStage
-  | 'last' name (',' name)* ';'       # lastStage
+  | 'last' lastItem (',' lastItem)* ';' # lastStage
   | 'stages' name ';'                 # stagedStack
   ;
+
+// `head ?? embed`: the last stage needs head, or a copy of embed when there
+// is no head (tied embeddings).
+lastItem : name ('??' name)? ;
 
 // needs uva fallback "plain torch gather";
 needsDecl : 'needs' name ('fallback' STRING)? ';' ;
@@ -167,6 +171,7 @@ backendEntry
   : 'mesh' name (',' name)* ';'                                   # meshEntry
   | 'class' name '=' STRING ('{' classProperty* '}' | ';')        # classEntry
   | 'capability' name '=' expr ';'                                # capabilityEntry
+  | 'choice' name '=' '[' STRING (',' STRING)* ']' ';'             # choiceEntry
   | letDecl                                                       # backendLet
   | requireDecl                                                   # backendRequire
   ;
@@ -210,7 +215,7 @@ name
   | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'pipeline' | 'extends'
-  | 'from' | 'dtype'
+  | 'from' | 'dtype' | 'choice'
   ;
 
 INT     : [0-9]+ ;

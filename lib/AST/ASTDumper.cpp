@@ -383,8 +383,12 @@ void Dumper::member(const Member *m) {
     for (size_t i = 0; i < x->first.size(); ++i)
       os << (i ? ", " : "") << x->first[i].name;
     os << ") stages(" << (x->staged ? x->staged->name : "") << ") last(";
-    for (size_t i = 0; i < x->last.size(); ++i)
+    for (size_t i = 0; i < x->last.size(); ++i) {
       os << (i ? ", " : "") << x->last[i].name;
+      for (auto &[wanted, fallback] : x->lastFallbacks)
+        if (wanted.name == x->last[i].name)
+          os << " ?? " << fallback.name;
+    }
     os << ")";
     break;
   }
@@ -540,6 +544,11 @@ void Dumper::decl(const Decl *d) {
     case BackendEntry::Capability:
       os << "Capability " << e.name.name << " = ";
       expr(e.value.get());
+      break;
+    case BackendEntry::Choice:
+      os << "Choice " << e.name.name << " =";
+      for (auto &o : e.options)
+        os << " \"" << o.first << "\"";
       break;
     case BackendEntry::Let:
       os << "Let " << e.let->name.name << " = ";

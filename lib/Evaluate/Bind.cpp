@@ -70,6 +70,19 @@ std::vector<MeshAxis> Backend::mesh() const {
   return out;
 }
 
+std::vector<std::pair<std::string, std::vector<std::string>>>
+Backend::choices() const {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (BackendOp b : llvm::reverse(chain))
+    for (auto c : b.getBodyBlock().getOps<ChoiceOp>()) {
+      std::vector<std::string> options;
+      for (Attribute a : c.getOptions())
+        options.push_back(cast<StringAttr>(a).str());
+      out.push_back({c.getSymName().str(), options});
+    }
+  return out;
+}
+
 //===----------------------------------------------------------------------===//
 // Binding
 //===----------------------------------------------------------------------===//
@@ -95,7 +108,9 @@ bool readsContext(Region &region) {
 class Binder {
 public:
   Binder(Instantiation &inst, const Backend &backend, BoundModel &out)
-      : inst(inst), backend(backend), out(out) {}
+      : inst(inst), backend(backend), out(out) {
+    env.choices = out.choices.get();
+  }
 
   LogicalResult run();
 
@@ -105,6 +120,9 @@ private:
     return int(out.sources.size() - 1);
   }
   LogicalResult bindParams();
+  LogicalResult bindBackend();
+  FailureOr<std::vector<rt::TensorSpec::ViewAxis>>
+  bindView(InstanceNode &node, TensorOp op);
   LogicalResult bindNode(InstanceNode &node,
                          const std::vector<rt::NameSegment> &prefix);
   /// Binds one tensor entry; `element` is the stack element it is
@@ -126,6 +144,8 @@ private:
   Instantiation &inst;
   const Backend &backend;
   BoundModel &out;
+  /// Evaluation at bind time: no parallel context, the bound choices.
+  EvalEnv env;
   llvm::StringMap<int> paramIndex;
   /// Shard overrides by parameter path.
   llvm::StringMap<ShardOp> overrides;
@@ -182,11 +202,13 @@ std::vector<rt::Split> Binder::splitsOf(const ConcreteParam &p,
   if (p.style.getKind() == StyleKind::vocab) {
     if (LetOp pad = backend.setting("vocab_multiple")) {
       InstanceNode *root = inst.root.get();
-      t.padMultiple = [root, pad](const ParallelConfig &c) mutable -> int64_t {
+      auto choices = out.choices;
+      t.padMultiple = [root, pad, choices](const ParallelConfig &c) mutable
+          -> int64_t {
         RankContext ctx;
         ctx.config = c;
-        FailureOr<EvalValue> v =
-            root->evalOne(pad.getValue(), EvalValue::integer(1), &ctx);
+        FailureOr<EvalValue> v = root->evalOne(
+            pad.getValue(), EvalValue::integer(1), {&ctx, choices.get()});
         return succeeded(v) && v->i > 0 ? v->i : 1;
       };
     }
@@ -247,7 +269,7 @@ Binder::renderTemplate(InstanceNode &node, Operation *op, ArrayAttr segments,
     SmallVector<EvalValue, 1> blockArgs;
     if (index)
       blockArgs.push_back(*index);
-    FailureOr<std::vector<EvalValue>> v = node.evalRegion(args, blockArgs);
+    FailureOr<std::vector<EvalValue>> v = node.evalRegion(args, blockArgs, env);
     if (failed(v))
       return failure();
     values = std::move(*v);
@@ -369,6 +391,53 @@ FailureOr<rt::Term> Binder::term(TermAttr t, ModuleDeclOp scope,
   return failure();
 }
 
+/// A view size is a product of numbers and dimensions; a dimension there
+/// stands for its per-rank extent. One written bare claims its axis.
+FailureOr<std::vector<rt::TensorSpec::ViewAxis>>
+Binder::bindView(InstanceNode &node, TensorOp op) {
+  std::vector<rt::TensorSpec::ViewAxis> axes;
+  auto yield = cast<YieldOp>(op.getView().front().back());
+  for (Value v : yield.getValues()) {
+    rt::TensorSpec::ViewAxis axis;
+    bool ok = true;
+    std::function<void(Value)> collect = [&](Value x) {
+      Operation *def = x.getDefiningOp();
+      if (auto c = dyn_cast_or_null<ConstantOp>(def)) {
+        axis.factor *= cast<IntegerAttr>(c.getValue()).getInt();
+      } else if (auto g = dyn_cast_or_null<GetOp>(def)) {
+        Operation *decl = lookupValueDecl(g, g.getName());
+        if (!isDimDecl(decl)) {
+          ok = false;
+          return;
+        }
+        for (StringRef a : getDimAtoms(node.module, g.getName()))
+          axis.atoms.push_back(a.str());
+        if (!axis.spelling.empty())
+          axis.spelling += " * ";
+        axis.spelling += g.getName().str();
+      } else if (auto b = dyn_cast_or_null<BuiltinOp>(def);
+                 b && b.getCallee() == "size") {
+        collect(b.getArgs()[0]);
+      } else if (auto m = dyn_cast_or_null<mdl::BinaryOp>(def);
+                 m && m.getKind() == BinaryKind::mul) {
+        collect(m.getLhs());
+        collect(m.getRhs());
+      } else {
+        ok = false;
+      }
+    };
+    collect(v);
+    if (!ok || axis.factor <= 0)
+      return op.emitError()
+             << "a view size is a product of positive numbers and "
+                "dimensions, which stand for their per-rank sizes";
+    // A bare dimension, not wrapped in size(), claims the axis.
+    axis.claim = isa_and_nonnull<GetOp>(v.getDefiningOp());
+    axes.push_back(std::move(axis));
+  }
+  return axes;
+}
+
 LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
                                  const std::vector<rt::NameSegment> &prefix,
                                  InstanceNode *element) {
@@ -382,12 +451,15 @@ LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
     if (readsContext(op.getWhen())) {
       InstanceNode *n = &node;
       Region *when = &op.getWhen();
-      t.when = [n, when, args](const RankContext &ctx) {
-        FailureOr<std::vector<EvalValue>> v = n->evalRegion(*when, args, &ctx);
+      auto choices = out.choices;
+      t.when = [n, when, args, choices](const RankContext &ctx) {
+        FailureOr<std::vector<EvalValue>> v =
+            n->evalRegion(*when, args, {&ctx, choices.get()});
         return succeeded(v) && v->front().i;
       };
     } else {
-      FailureOr<std::vector<EvalValue>> v = node.evalRegion(op.getWhen(), args);
+      FailureOr<std::vector<EvalValue>> v =
+          node.evalRegion(op.getWhen(), args, env);
       if (failed(v))
         return failure();
       if (!v->front().i)
@@ -430,14 +502,10 @@ LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
   if (auto s = op.getStored())
     t.stored = toDType(*s);
   if (!op.getView().empty()) {
-    FailureOr<std::vector<EvalValue>> v = node.evalRegion(op.getView());
-    if (failed(v))
+    FailureOr<std::vector<rt::TensorSpec::ViewAxis>> view = bindView(node, op);
+    if (failed(view))
       return failure();
-    for (const EvalValue &e : *v) {
-      if (e.i <= 0)
-        return op.emitError() << "view sizes must be positive, not " << e.i;
-      t.view.push_back(e.i);
-    }
+    t.view = std::move(*view);
   }
   if (auto s = op.getSplit()) {
     t.splitAxis = int(*s);
@@ -454,6 +522,7 @@ LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
 
 LogicalResult Binder::bindNode(InstanceNode &node,
                                const std::vector<rt::NameSegment> &prefix) {
+  const std::vector<rt::NameSegment> &prefix_ = prefix;
   LayoutOp layout = backend.layoutFor(node.module);
   if (!layout && !node.params.empty() &&
       reportedNoLayout.insert(node.module).second) {
@@ -465,6 +534,34 @@ LogicalResult Binder::bindNode(InstanceNode &node,
     return failure();
   }
   bool ok = true;
+  if (layout)
+    for (auto d : layout.getBodyBlock().getOps<DerivedOp>()) {
+      FailureOr<EvalValue> w =
+          node.evalOne(d.getWhen(), EvalValue::boolean(true), env);
+      if (failed(w))
+        return failure();
+      if (!w->i)
+        continue;
+      rt::ModelLayout::DerivedTensor dt;
+      std::string prefix;
+      for (const rt::NameSegment &seg : prefix_)
+        prefix += seg.kind == rt::NameSegment::Text ? seg.text
+                                                    : std::to_string(seg.layer);
+      dt.name = prefix.empty() ? d.getDerivedName().str()
+                               : prefix + "." + d.getDerivedName().str();
+      for (Attribute a : d.getSources()) {
+        int index = findParam(node, cast<StringAttr>(a).getValue());
+        if (index >= 0)
+          dt.params.push_back(index);
+      }
+      if (auto r = d.getRecompute()) {
+        dt.hasRecompute = true;
+        for (Attribute a : *r)
+          dt.recompute.push_back(cast<StringAttr>(a).str());
+      }
+      dt.source = source(d);
+      out.layout.derived.push_back(std::move(dt));
+    }
   if (layout)
     for (auto t : layout.getBodyBlock().getOps<TensorOp>()) {
       if (auto stack = t.getForStack()) {
@@ -487,7 +584,7 @@ LogicalResult Binder::bindNode(InstanceNode &node,
         if (m.getMember() != member)
           continue;
         FailureOr<EvalValue> w =
-            node.evalOne(m.getWhen(), EvalValue::boolean(true));
+            node.evalOne(m.getWhen(), EvalValue::boolean(true), env);
         if (failed(w))
           return failure();
         if (!w->i)
@@ -551,22 +648,83 @@ LogicalResult Binder::bindNode(InstanceNode &node,
   return success(ok);
 }
 
+LogicalResult Binder::bindBackend() {
+  InstanceNode *root = inst.root.get();
+  auto choices = out.choices;
+  for (BackendOp b : backend.chain)
+    for (auto req : b.getBodyBlock().getOps<RequireOp>())
+      out.layout.requires.push_back(
+          [root, req, choices](
+              const ParallelConfig &c) mutable -> std::optional<std::string> {
+            RankContext ctx;
+            ctx.config = c;
+            FailureOr<EvalValue> v = root->evalOne(
+                req.getCond(), EvalValue::boolean(true), {&ctx, choices.get()});
+            if (succeeded(v) && v->i)
+              return std::nullopt;
+            return req.getMessage().str();
+          });
+  // Capabilities: the nearest backend that declares one decides.
+  RankContext one;
+  for (BackendOp b : llvm::reverse(backend.chain))
+    for (auto cap : b.getBodyBlock().getOps<CapabilityOp>()) {
+      FailureOr<EvalValue> v = root->evalOne(
+          cap.getValue(), EvalValue::boolean(false), {&one, choices.get()});
+      if (failed(v))
+        return failure();
+      out.layout.capabilities[cap.getCapability().str()] = v->i;
+    }
+  inst.walk([&](InstanceNode &node) {
+    for (auto need : node.module.getBodyBlock().getOps<NeedsOp>()) {
+      rt::ModelLayout::CapabilityNeed n;
+      n.instance = node.describe();
+      n.capability = need.getCapability().str();
+      if (auto f = need.getFallback())
+        n.fallback = f->str();
+      n.source = source(need);
+      out.layout.needs.push_back(n);
+    }
+  });
+  // The last stage's needs: `last head ?? embed`.
+  for (auto p : inst.model.getBodyBlock().getOps<PipelineOp>())
+    if (auto fallbacks = p.getFallbacksAttr())
+      for (NamedAttribute f : fallbacks) {
+        int wanted = findParam(*root, f.getName().getValue());
+        int fallback =
+            findParam(*root, cast<FlatSymbolRefAttr>(f.getValue()).getValue());
+        out.layout.lastStageNeeds.push_back({wanted, fallback});
+        out.layout.lastStageNeedsWhy =
+            f.getName().str() + " to compute logits, or a copy of " +
+            cast<FlatSymbolRefAttr>(f.getValue()).getValue().str() +
+            " when there is no " + f.getName().str();
+      }
+  for (auto &[name, value] : *out.choices)
+    out.layout.choices[name.str()] = value;
+  return success();
+}
+
 LogicalResult Binder::run() {
   out.layout.model = inst.model.getSymName().str();
   out.layout.backend = backend.name().str();
   out.layout.mesh = backend.mesh();
   out.layout.hasPipeline =
       !inst.model.getBodyBlock().getOps<PipelineOp>().empty();
-  if (failed(bindParams()))
+  if (failed(bindParams()) || failed(bindBackend()))
     return failure();
   return bindNode(*inst.root, {});
 }
 
 } // namespace
 
-std::unique_ptr<BoundModel> mdl::bindModel(Instantiation &inst,
-                                           const Backend &backend) {
+std::unique_ptr<BoundModel>
+mdl::bindModel(Instantiation &inst, const Backend &backend,
+               const std::map<std::string, std::string> &choices) {
   auto out = std::make_unique<BoundModel>();
+  out->choices = std::make_shared<llvm::StringMap<std::string>>();
+  for (auto &[name, options] : backend.choices()) {
+    auto it = choices.find(name);
+    (*out->choices)[name] = it != choices.end() ? it->second : options.front();
+  }
   if (failed(Binder(inst, backend, *out).run()))
     return nullptr;
   return out;

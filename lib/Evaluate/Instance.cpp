@@ -198,9 +198,8 @@ namespace {
 
 class Interpreter {
 public:
-  Interpreter(InstanceNode &node, const HFConfig &config,
-              const RankContext *ctx)
-      : node(node), config(config), ctx(ctx) {}
+  Interpreter(InstanceNode &node, const HFConfig &config, const EvalEnv &env)
+      : node(node), config(config), env(env), ctx(env.rank) {}
 
   FailureOr<std::vector<EvalValue>> run(Region &region,
                                         ArrayRef<EvalValue> args);
@@ -214,6 +213,7 @@ private:
 
   InstanceNode &node;
   const HFConfig &config;
+  EvalEnv env;
   const RankContext *ctx;
   llvm::DenseMap<Value, EvalValue> values;
 };
@@ -365,8 +365,17 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
         // layout or a backend are evaluated here, in this context.
         if (decl->getParentOp() == node.module.getOperation())
           return node.get(g.getName(), g.getLoc());
+        if (auto choice = dyn_cast<ChoiceOp>(decl)) {
+          // The chosen variant, else the first option.
+          if (env.choices)
+            if (auto it = env.choices->find(choice.getSymName());
+                it != env.choices->end())
+              return EvalValue::string(it->second);
+          return EvalValue::string(
+              cast<StringAttr>(choice.getOptions()[0]).str());
+        }
         Region &r = cast<LetOp>(decl).getValue();
-        FailureOr<std::vector<EvalValue>> v = Interpreter(node, config, ctx)
+        FailureOr<std::vector<EvalValue>> v = Interpreter(node, config, env)
                                                   .run(r, {});
         if (failed(v))
           return failure();
@@ -595,7 +604,7 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
         out.kind = EvalValue::List;
         for (const EvalValue &x : src->list) {
           FailureOr<std::vector<EvalValue>> v =
-              Interpreter(node, config, ctx).run(co.getBody(), {x});
+              Interpreter(node, config, env).run(co.getBody(), {x});
           if (failed(v))
             return failure();
           if (v->front().kind == EvalValue::Missing) {
@@ -652,16 +661,16 @@ std::string InstanceNode::describe() const {
 
 FailureOr<std::vector<EvalValue>>
 InstanceNode::evalRegion(Region &region, ArrayRef<EvalValue> args,
-                         const RankContext *ctx) {
-  return Interpreter(*this, inst->config, ctx).run(region, args);
+                         const EvalEnv &env) {
+  return Interpreter(*this, inst->config, env).run(region, args);
 }
 
 FailureOr<EvalValue> InstanceNode::evalOne(Region &region,
                                            const EvalValue &dflt,
-                                           const RankContext *ctx) {
+                                           const EvalEnv &env) {
   if (region.empty())
     return dflt;
-  FailureOr<std::vector<EvalValue>> v = evalRegion(region, {}, ctx);
+  FailureOr<std::vector<EvalValue>> v = evalRegion(region, {}, env);
   if (failed(v))
     return failure();
   if (v->front().kind == EvalValue::Missing) {

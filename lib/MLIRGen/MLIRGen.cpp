@@ -452,7 +452,16 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
     mlir::FlatSymbolRefAttr stages;
     if (x->staged)
       stages = mlir::FlatSymbolRefAttr::get(&ctx, x->staged->name);
-    builder.create<PipelineOp>(l, refs(x->first), refs(x->last), stages);
+    mlir::DictionaryAttr fallbacks;
+    if (!x->lastFallbacks.empty()) {
+      llvm::SmallVector<mlir::NamedAttribute> entries;
+      for (auto &[wanted, fallback] : x->lastFallbacks)
+        entries.push_back(builder.getNamedAttr(
+            wanted.name, mlir::FlatSymbolRefAttr::get(&ctx, fallback.name)));
+      fallbacks = builder.getDictionaryAttr(entries);
+    }
+    builder.create<PipelineOp>(l, refs(x->first), refs(x->last), stages,
+                               fallbacks);
     return;
   }
   case Member::Needs: {
@@ -694,6 +703,13 @@ void Generator::backend(const BackendDecl *b) {
       }
       builder.create<ClassOp>(l, e.name.name, e.className,
                               builder.getDictionaryAttr(props));
+      break;
+    }
+    case BackendEntry::Choice: {
+      llvm::SmallVector<llvm::StringRef> options;
+      for (auto &o : e.options)
+        options.push_back(o.first);
+      builder.create<ChoiceOp>(l, e.name.name, builder.getStrArrayAttr(options));
       break;
     }
     case BackendEntry::Capability: {

@@ -660,8 +660,12 @@ MemberPtr ASTBuilder::member(P::MemberContext *c) {
         for (auto *n : f->name())
           p->first.push_back(ident(n));
       else if (auto *l = dynamic_cast<P::LastStageContext *>(e))
-        for (auto *n : l->name())
-          p->last.push_back(ident(n));
+        for (auto *item : l->lastItem()) {
+          p->last.push_back(ident(item->name(0)));
+          if (item->name().size() > 1)
+            p->lastFallbacks.push_back(
+                {ident(item->name(0)), ident(item->name(1))});
+        }
       else {
         auto *s = static_cast<P::StagedStackContext *>(e);
         if (p->staged)
@@ -841,6 +845,11 @@ std::unique_ptr<BackendDecl> ASTBuilder::backend(P::BackendDeclContext *c) {
       be.className = unquote(cl->STRING());
       for (auto *prop : cl->classProperty())
         be.properties.emplace_back(ident(prop->name()), expr(prop->expr()));
+    } else if (auto *ch = dynamic_cast<P::ChoiceEntryContext *>(e)) {
+      be.kind = BackendEntry::Choice;
+      be.name = ident(ch->name());
+      for (auto *s : ch->STRING())
+        be.options.push_back({unquote(s), range(s)});
     } else if (auto *cap = dynamic_cast<P::CapabilityEntryContext *>(e)) {
       be.kind = BackendEntry::Capability;
       be.name = ident(cap->name());

@@ -1,6 +1,7 @@
 //===- Layout.cpp - What each rank of a backend holds ---------------------===//
 
 #include "mdl/Runtime/Layout.h"
+#include "mdl/Runtime/Plan.h"
 
 #include <algorithm>
 
@@ -98,30 +99,6 @@ std::vector<std::string> mdl::rt::familyAtoms(const TensorSpec &t) {
   return out;
 }
 
-std::vector<int64_t> mdl::rt::globalShape(const ModelLayout &m,
-                                          const TensorSpec &t) {
-  if (!t.view.empty())
-    return t.view;
-  // Shared terms take their size from the first parameter of the tensor.
-  std::vector<int> params = tensorParams(t);
-  int first = params.empty() ? -1 : params.front();
-  ExtentFn full = [&](int p, const std::string &atom) -> int64_t {
-    if (p < 0)
-      p = first;
-    const Param &param = m.params[p];
-    int i = param.atomIndex(atom);
-    return i < 0 ? 0 : param.sizes[i];
-  };
-  std::vector<int64_t> shape;
-  for (const auto &axis : t.axes) {
-    int64_t n = 1;
-    for (const Term &term : axis)
-      n *= termSize(term, first, full);
-    shape.push_back(n);
-  }
-  return shape;
-}
-
 DType mdl::rt::storedDType(const ModelLayout &m, const TensorSpec &t) {
   if (t.stored)
     return *t.stored;
@@ -129,50 +106,21 @@ DType mdl::rt::storedDType(const ModelLayout &m, const TensorSpec &t) {
   return params.empty() ? DType::BF16 : m.params[params.front()].dtype;
 }
 
+int64_t mdl::rt::viewAxisSize(
+    const TensorSpec::ViewAxis &v,
+    const std::function<int64_t(const std::string &)> &extent) {
+  int64_t n = v.factor;
+  for (const std::string &a : v.atoms)
+    n *= extent(a);
+  return n;
+}
+
 std::vector<TensorListing> mdl::rt::listTensors(const ModelLayout &m,
                                                 const RankContext &ctx) {
+  Planner planner(m, ctx.config);
   std::vector<TensorListing> out;
-  for (const TensorSpec &t : m.tensors) {
-    if (t.when && !t.when(ctx))
-      continue;
-    std::vector<int64_t> shape = globalShape(m, t);
-    DType dtype = storedDType(m, t);
-    std::vector<std::string> family = familyAtoms(t);
-    int64_t layer = 0;
-    for (const NameSegment &s : t.name)
-      if (s.kind == NameSegment::LayerIndex)
-        layer = s.layer;
-    if (family.empty()) {
-      out.push_back({renderName(t, layer), shape, dtype, &t});
-      continue;
-    }
-    // One tensor per index of the family atoms, last atom fastest.
-    std::vector<int> params = tensorParams(t);
-    const Param &p = m.params[params.front()];
-    std::vector<int64_t> counts;
-    for (const std::string &a : family) {
-      int i = p.atomIndex(a);
-      counts.push_back(i < 0 ? 0 : p.sizes[i]);
-    }
-    std::vector<int64_t> index(family.size(), 0);
-    bool any = true;
-    for (int64_t c : counts)
-      any &= c > 0;
-    while (any) {
-      std::vector<std::pair<std::string, int64_t>> fi;
-      for (size_t i = 0; i < family.size(); ++i)
-        fi.push_back({family[i], index[i]});
-      out.push_back({renderName(t, layer, fi), shape, dtype, &t});
-      size_t k = family.size();
-      while (k > 0) {
-        --k;
-        if (++index[k] < counts[k])
-          break;
-        index[k] = 0;
-        if (k == 0)
-          any = false;
-      }
-    }
-  }
+  for (const LocalTensor &lt : planner.tensors(ctx, nullptr))
+    for (int64_t i = 0; i < lt.familySize(); ++i)
+      out.push_back({lt.name(m, i), lt.shape, lt.dtype, &m.tensors[lt.spec]});
   return out;
 }

@@ -1051,6 +1051,15 @@ void Analyzer::checkMember(const ModuleDecl *m, const Member *mem) {
       place(n);
     for (const Ident &n : p->last)
       place(n);
+    for (const auto &[wanted, fallback] : p->lastFallbacks) {
+      const ModuleSymbol *sym = scope.lookup(fallback.name);
+      if (!sym || !sym->isParamLike())
+        error(fallback.loc()) << "'" << fallback.name
+                              << "' is not a parameter of '" << m->name.name
+                              << "'; after ?" "? comes the parameter the "
+                                 "last stage holds a copy of when '"
+                              << wanted.name << "' is absent";
+    }
     if (p->staged) {
       const ModuleSymbol *sym = scope.lookup(p->staged->name);
       if (!sym || sym->kind != ModuleSymbol::Stack)
@@ -1372,6 +1381,10 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
   env.scope = &scope;
   env.allowContext = true;
   env.allowIs = true;
+  // A layout may read its backend's settings and choices.
+  if (auto bit = program.backends.find(l->backend.name);
+      bit != program.backends.end())
+    env.backendNames = &backendNames[bit->second];
   if (l->mount)
     for (const auto &seg : l->mount->segments)
       if (seg.expr)
@@ -1489,7 +1502,7 @@ void Analyzer::checkBackend(const BackendDecl *b) {
   ExprEnv env;
   env.backendNames = &names;
   env.allowContext = true;
-  llvm::StringSet<> axes, roles, caps;
+  llvm::StringSet<> axes, roles, caps, choices;
   for (const BackendEntry &e : b->entries) {
     switch (e.kind) {
     case BackendEntry::Mesh:
@@ -1528,6 +1541,19 @@ void Analyzer::checkBackend(const BackendDecl *b) {
               error(s->getLoc()) << "sizes is \"global\" or \"local\"";
       }
       break;
+    case BackendEntry::Choice: {
+      if (!choices.insert(e.name.name).second || names.count(e.name.name))
+        error(e.name.loc()) << "'" << e.name.name
+                            << "' is already defined in backend '"
+                            << b->name.name << "'";
+      llvm::StringSet<> seen;
+      for (const auto &[option, range] : e.options)
+        if (!seen.insert(option).second)
+          error(range.Start) << "option \"" << option
+                             << "\" is listed twice";
+      names[e.name.name] = Type::get(Type::String);
+      break;
+    }
     case BackendEntry::Capability:
       if (!caps.insert(e.name.name).second)
         error(e.name.loc()) << "capability '" << e.name.name

@@ -385,6 +385,8 @@ struct PipelineMember : Member {
   PipelineMember(SMRange r) : Member(Pipeline, r) {}
   std::vector<Ident> first, last;
   std::optional<Ident> staged;
+  /// `last head ?? embed`: (head, embed).
+  std::vector<std::pair<Ident, Ident>> lastFallbacks;
   static bool classof(const Member *m) { return m->getKind() == Pipeline; }
 };
 
@@ -573,11 +575,12 @@ struct LayoutDecl : Decl {
 };
 
 struct BackendEntry {
-  enum Kind { Mesh, Class, Capability, Let, Require };
+  enum Kind { Mesh, Class, Capability, Choice, Let, Require };
   Kind kind;
   std::vector<Ident> names;                  // Mesh axes
-  Ident name;                                // Class role, Capability name
+  Ident name;                                // Class role, Capability, Choice
   std::string className;                     // Class
+  std::vector<std::pair<std::string, SMRange>> options; // Choice
   std::vector<std::pair<Ident, ExprPtr>> properties; // Class
   ExprPtr value;                             // Capability
   std::unique_ptr<LetMember> let;

@@ -38,6 +38,9 @@ public:
   LetOp setting(llvm::StringRef name) const;
   /// The mesh axes: the backend's own, or its nearest base's.
   std::vector<MeshAxis> mesh() const;
+  /// The storage variants (`choice`) of the backend and its bases, with
+  /// their options, in declaration order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> choices() const;
 
 private:
   llvm::DenseMap<mlir::Operation *, LayoutOp> layouts;
@@ -50,11 +53,15 @@ struct BoundModel {
   std::vector<mlir::Operation *> sources;
   /// Parallel to layout.params.
   std::vector<const ConcreteParam *> params;
+  /// The storage variants bound, read by the conditions evaluated later.
+  std::shared_ptr<llvm::StringMap<std::string>> choices;
 };
 
-/// Binds `inst` to `backend`. Returns null after reporting errors.
-std::unique_ptr<BoundModel> bindModel(Instantiation &inst,
-                                      const Backend &backend);
+/// Binds `inst` to `backend` with the given storage variants (options not
+/// given take their first value). Returns null after reporting errors.
+std::unique_ptr<BoundModel>
+bindModel(Instantiation &inst, const Backend &backend,
+          const std::map<std::string, std::string> &choices = {});
 
 } // namespace mdl
 

@@ -110,6 +110,14 @@ struct ConcreteParam {
 
 class Instantiation;
 
+/// What a region may read besides the names of its instance: the parallel
+/// context (in layouts and backends) and the backend's chosen storage
+/// variants.
+struct EvalEnv {
+  const RankContext *rank = nullptr;
+  const llvm::StringMap<std::string> *choices = nullptr;
+};
+
 /// One instance of a module.
 class InstanceNode {
 public:
@@ -130,16 +138,15 @@ public:
   /// The value of a name declared in this module.
   mlir::FailureOr<EvalValue> get(llvm::StringRef name, mlir::Location useLoc);
   /// Evaluates a region of an op of this module (or a layout of it, or a
-  /// backend) and returns what it yields. `ctx` gives the parallel
-  /// context, when the region may read it.
+  /// backend) and returns what it yields.
   mlir::FailureOr<std::vector<EvalValue>>
   evalRegion(mlir::Region &region, llvm::ArrayRef<EvalValue> args = {},
-             const RankContext *ctx = nullptr);
+             const EvalEnv &env = {});
   /// Like evalRegion for a region yielding one value; an empty region
   /// gives `dflt`.
   mlir::FailureOr<EvalValue> evalOne(mlir::Region &region,
                                      const EvalValue &dflt,
-                                     const RankContext *ctx = nullptr);
+                                     const EvalEnv &env = {});
 
   /// The size of dimension `name` of this module (an atom or factored).
   mlir::FailureOr<int64_t> dimSize(llvm::StringRef name, mlir::Location loc);

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -105,8 +106,17 @@ struct TensorSpec {
   /// Stored value = logical value + offset (zero-centred norms).
   int64_t offset = 0;
   std::optional<DType> stored;
-  /// The stored shape when it differs from the axes (a reinterpretation).
-  std::vector<int64_t> view;
+  /// The stored shape when it differs from the axes (a reinterpretation):
+  /// each view axis is a number times the per-rank extents of some atoms.
+  /// A `claim` axis was written as a bare dimension name: it says that axis
+  /// is that dimension.
+  struct ViewAxis {
+    int64_t factor = 1;
+    std::vector<std::string> atoms;
+    bool claim = false;
+    std::string spelling; // as written, for messages
+  };
+  std::vector<ViewAxis> view;
   /// `split N by axis`: the tensor claims to be an even chunk of its
   /// gathered form along axis N.
   std::optional<int> splitAxis;
@@ -127,6 +137,37 @@ struct ModelLayout {
   bool hasPipeline = false;
   /// The mesh axes the backend supports.
   std::vector<MeshAxis> mesh;
+  /// The backend's own conditions on a parallel configuration: each gives
+  /// the reason a configuration is invalid, or nothing.
+  std::vector<std::function<std::optional<std::string>(const ParallelConfig &)>>
+      requires;
+  /// Parameters the last stage needs to compute logits, with the one to
+  /// hold instead when absent (`last head ?? embed`): (wanted, fallback).
+  std::vector<std::pair<int, int>> lastStageNeeds;
+  std::string lastStageNeedsWhy; // "head, or embed when tied"
+
+  /// The backend's device capabilities, and what the model's modules need.
+  std::map<std::string, bool> capabilities;
+  struct CapabilityNeed {
+    std::string instance;   // "layers.1.ple (Ple)"
+    std::string capability;
+    std::optional<std::string> fallback;
+    int source = -1;
+  };
+  std::vector<CapabilityNeed> needs;
+
+  /// Caches the backend computes from parameters.
+  struct DerivedTensor {
+    std::string name;
+    std::vector<int> params;
+    std::vector<std::string> recompute;
+    bool hasRecompute = false;
+    int source = -1;
+  };
+  std::vector<DerivedTensor> derived;
+
+  /// The storage variants the layout was bound with (`expert_storage`).
+  std::map<std::string, std::string> choices;
 };
 
 /// Renders a tensor name for a rank: family atoms take `familyIndex`,
@@ -142,16 +183,14 @@ int64_t termSize(const Term &t, int param, const ExtentFn &extent);
 /// The parameters a tensor holds (one, or one per part).
 std::vector<int> tensorParams(const TensorSpec &t);
 
-/// The unsharded shape of a tensor (its stored shape on one rank with no
-/// parallelism), and the atoms its name is indexed by.
-std::vector<int64_t> globalShape(const ModelLayout &m, const TensorSpec &t);
+/// The atoms a tensor's name is indexed by.
 std::vector<std::string> familyAtoms(const TensorSpec &t);
 
 /// The dtype a tensor is stored in.
 DType storedDType(const ModelLayout &m, const TensorSpec &t);
 
-/// One concrete tensor of the unsharded layout: its name, stored shape and
-/// dtype. Families are expanded, one entry per index.
+/// One concrete tensor of a rank: its name, stored shape and dtype.
+/// Families are expanded, one entry per index.
 struct TensorListing {
   std::string name;
   std::vector<int64_t> shape;
@@ -160,6 +199,10 @@ struct TensorListing {
 };
 std::vector<TensorListing> listTensors(const ModelLayout &m,
                                        const RankContext &ctx);
+
+/// Size of a view axis, given the extent of each atom.
+int64_t viewAxisSize(const TensorSpec::ViewAxis &v,
+                     const std::function<int64_t(const std::string &)> &extent);
 
 } // namespace mdl::rt
 

@@ -56,38 +56,45 @@ ModuleDeclOp mdl::getLayoutModule(LayoutOp layout) {
 }
 
 static bool isValueDecl(Operation *op) {
-  return op && isa<InputOp, ConfigOp, LetOp, DimOp>(op);
+  return op && isa<InputOp, ConfigOp, LetOp, DimOp, ChoiceOp>(op);
+}
+
+/// The declaration of `name` in `backend` or its bases.
+static Operation *lookupInBackend(BackendOp backend, StringRef name) {
+  llvm::SmallPtrSet<Operation *, 4> seen;
+  for (BackendOp b = backend; b && seen.insert(b).second;) {
+    Operation *d = SymbolTable::lookupSymbolIn(b, name);
+    if (isValueDecl(d))
+      return d;
+    if (!b.getBase())
+      break;
+    b = lookupTop<BackendOp>(b, *b.getBase());
+  }
+  return nullptr;
 }
 
 Operation *mdl::lookupValueDecl(Operation *from, StringRef name) {
   for (Operation *p = from; p; p = p->getParentOp()) {
     if (auto layout = dyn_cast<LayoutOp>(p)) {
+      // The layout's lets, its module's names, then its backend's.
       Operation *d = SymbolTable::lookupSymbolIn(layout, name);
       if (isValueDecl(d))
         return d;
       if (ModuleDeclOp m = getLayoutModule(layout)) {
         d = SymbolTable::lookupSymbolIn(m, name);
-        return isValueDecl(d) ? d : nullptr;
+        if (isValueDecl(d))
+          return d;
       }
+      if (auto b = lookupTop<BackendOp>(layout, layout.getBackend()))
+        return lookupInBackend(b, name);
       return nullptr;
     }
     if (auto module = dyn_cast<ModuleDeclOp>(p)) {
       Operation *d = SymbolTable::lookupSymbolIn(module, name);
       return isValueDecl(d) ? d : nullptr;
     }
-    if (auto backend = dyn_cast<BackendOp>(p)) {
-      // A backend sees its own lets, then those of its bases.
-      llvm::SmallPtrSet<Operation *, 4> seen;
-      for (BackendOp b = backend; b && seen.insert(b).second;) {
-        Operation *d = SymbolTable::lookupSymbolIn(b, name);
-        if (isValueDecl(d))
-          return d;
-        if (!b.getBase())
-          break;
-        b = lookupTop<BackendOp>(b, *b.getBase());
-      }
-      return nullptr;
-    }
+    if (auto backend = dyn_cast<BackendOp>(p))
+      return lookupInBackend(backend, name);
   }
   return nullptr;
 }
@@ -99,6 +106,8 @@ Type mdl::getDeclaredType(Operation *decl) {
       .Case<LetOp>([](LetOp op) { return op.getType(); })
       .Case<DimOp>(
           [](DimOp op) { return IntegerType::get(op.getContext(), 64); })
+      .Case<ChoiceOp>(
+          [](ChoiceOp op) { return StringType::get(op.getContext()); })
       .Default([](Operation *) { return Type(); });
 }
 
@@ -448,6 +457,14 @@ LogicalResult PipelineOp::verify() {
     if (!isa<StackOp>(SymbolTable::lookupSymbolIn(model, stages.getValue())))
       return emitOpError("only a stack can be spread over stages");
   }
+  if (auto fallbacks = getFallbacksAttr())
+    for (NamedAttribute f : fallbacks) {
+      auto ref = dyn_cast<FlatSymbolRefAttr>(f.getValue());
+      if (!ref || !isa_and_nonnull<ParamOp, LinearOp>(
+                      SymbolTable::lookupSymbolIn(model, ref.getValue())))
+        return emitOpError() << "the fallback of '" << f.getName().getValue()
+                             << "' must name a parameter of the model";
+    }
   return success();
 }
 
@@ -641,8 +658,18 @@ LogicalResult BackendOp::verify() {
       return emitOpError("extends itself");
   }
   for (Operation &op : getBodyBlock())
-    if (!isa<ClassOp, CapabilityOp, LetOp, RequireOp>(op))
+    if (!isa<ClassOp, CapabilityOp, ChoiceOp, LetOp, RequireOp>(op))
       return op.emitOpError("cannot appear in a backend");
+  return success();
+}
+
+LogicalResult ChoiceOp::verify() {
+  if (getOptions().empty())
+    return emitOpError("needs at least one option");
+  llvm::StringSet<> seen;
+  for (Attribute a : getOptions())
+    if (!seen.insert(cast<StringAttr>(a).getValue()).second)
+      return emitOpError() << "lists option " << a << " twice";
   return success();
 }
 

@@ -183,11 +183,18 @@ def MDL_CaseOp : MDL_Op<"case", [HasParent<"InstanceOp, StackOp">]> {
 
 def MDL_PipelineOp : MDL_Op<"pipeline"> {
   let summary = "where a model's members go over pipeline stages";
+  let description = [{
+    `fallbacks` maps a member of `last` to the parameter the last stage
+    holds a copy of when that member does not exist (`last head ?? embed`:
+    a tied head).
+  }];
   let arguments = (ins FlatSymbolRefArrayAttr:$first,
                        FlatSymbolRefArrayAttr:$last,
-                       OptionalAttr<FlatSymbolRefAttr>:$stages);
+                       OptionalAttr<FlatSymbolRefAttr>:$stages,
+                       OptionalAttr<DictionaryAttr>:$fallbacks);
   let assemblyFormat = [{
-    `first` $first (`stages` $stages^)? `last` $last attr-dict
+    `first` $first (`stages` $stages^)? `last` $last
+    (`fallbacks` $fallbacks^)? attr-dict
   }];
   let hasVerifier = 1;
 }
@@ -313,6 +320,18 @@ def MDL_ClassOp : MDL_Op<"class", [HasParent<"BackendOp">]> {
   let arguments = (ins StrAttr:$role, StrAttr:$className,
                        DictionaryAttr:$props);
   let assemblyFormat = "$role `=` $className $props attr-dict";
+}
+
+def MDL_ChoiceOp : MDL_Op<"choice", [Symbol, HasParent<"BackendOp">]> {
+  let summary = "a storage variant of a backend, with its options";
+  let description = [{
+    A string value a backend's layouts may branch on (`when expert_storage
+    == "packed"`). Tools detect it from a checkpoint or take it from the
+    command line; the first option is the default.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$options);
+  let assemblyFormat = "$sym_name $options attr-dict";
+  let hasVerifier = 1;
 }
 
 def MDL_CapabilityOp : MDL_Op<"capability", [HasParent<"BackendOp">]> {
