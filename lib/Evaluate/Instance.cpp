@@ -13,7 +13,9 @@
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 #include <limits>
 
@@ -1099,3 +1101,20 @@ Instantiation::configValues() {
   }
   return out;
 }
+
+std::vector<std::string> mdl::exampleConfigPaths(ModuleDeclOp model) {
+  std::vector<std::string> out;
+  auto examples = model.getExamples();
+  if (!examples)
+    return out;
+  StringRef dir;
+  if (auto loc = dyn_cast<FileLineColLoc>(model.getLoc()))
+    dir = llvm::sys::path::parent_path(loc.getFilename().getValue());
+  for (Attribute a : *examples) {
+    SmallString<256> path(dir);
+    llvm::sys::path::append(path, cast<StringAttr>(a).getValue());
+    out.push_back(std::string(path));
+  }
+  return out;
+}
+

@@ -35,13 +35,18 @@ mdl::rt::renderName(const TensorSpec &t, int64_t localLayer,
     case NameSegment::LayerIndex:
       out += std::to_string(localLayer);
       break;
-    case NameSegment::Family:
+    case NameSegment::Family: {
+      bool given = false;
       for (const auto &[atom, index] : familyIndex)
         if (atom == s.atom) {
           out += std::to_string(index);
+          given = true;
           break;
         }
+      if (!given) // a name for messages: the family's index stays symbolic
+        out += "{" + s.atom + "}";
       break;
+    }
     }
   }
   return out;

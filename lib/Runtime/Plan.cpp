@@ -38,15 +38,14 @@ SplitResult splitAtoms(const std::vector<int64_t> &sizes, int64_t n, int64_t r,
   SplitResult out;
   for (int64_t s : sizes)
     out.atoms.push_back({0, s, s});
-  if (n == 1)
-    return out;
   int64_t total = 1;
   for (int64_t s : sizes)
     total *= s;
   int64_t padded = total;
-  if (padMultiple > 1) {
+  if (padMultiple > 1)
     padded = (total + padMultiple - 1) / padMultiple * padMultiple;
-  }
+  if (n == 1 && padded == total)
+    return out;
   if (padded % n != 0) {
     if (replicate && n % total == 0) {
       // Each entry is held by n / total ranks.
@@ -356,9 +355,9 @@ Extent Planner::extent(int param, const std::string &atom,
     if (it == s.atoms.end())
       continue;
     int64_t n = cfg.size(s.axis);
-    if (n == 1)
-      continue;
     int64_t pad = s.padMultiple ? s.padMultiple(cfg) : 0;
+    if (n == 1 && pad <= 1)
+      continue;
     SplitResult r = splitAtoms(splitSizes(p, s), n, rankOn(ctx, s.axis),
                                s.replicateWhenFewer, pad);
     if (r.ok)

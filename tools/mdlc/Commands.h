@@ -3,6 +3,12 @@
 #ifndef MDLC_COMMANDS_H
 #define MDLC_COMMANDS_H
 
+#include "mdl/Dialect/MDL/MDLOps.h"
+#include "mdl/Evaluate/Instance.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,7 +24,7 @@ class MLIRContext;
 namespace mdl {
 
 struct Options {
-  std::string command; // check, params, plan, emit, ast, mlir
+  std::string command; // check, params, plan, ast, mlir
   std::vector<std::string> files;
   std::vector<std::string> includeDirs;
   std::string hfConfig;
@@ -26,6 +32,15 @@ struct Options {
   std::string format = "text";
   std::vector<std::string> backends;
   bool verifyDiagnostics = false;
+  /// --choice name=value: a backend's storage variant.
+  std::map<std::string, std::string> choices;
+  /// plan: the parallel configuration and the rank to show (-1: all).
+  ParallelConfig parallel;
+  int64_t rank = -1;
+  /// check: the grid (axis -> values); empty for the default.
+  std::map<std::string, std::vector<int64_t>> grid;
+  /// check against a real checkpoint.
+  std::string hfIndex, hfDir, hfInventory;
 };
 
 /// Parses the command line. Returns an exit code when the program should
@@ -36,6 +51,25 @@ std::optional<int> parseOptions(const std::vector<std::string> &args,
 /// Runs the command; returns the exit code.
 int runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
                mlir::MLIRContext &context);
+
+// Shared by the commands -----------------------------------------------------
+
+/// The one model declared in `file`; null (after a message) otherwise.
+ModuleDeclOp theModel(mlir::ModuleOp top, const std::string &file);
+/// The HF config: --hf-config, or the model's first example, with --set.
+std::unique_ptr<HFConfig> loadConfig(const Options &options,
+                                     ModuleDeclOp model, const std::string &path,
+                                     mlir::MLIRContext &context);
+std::unique_ptr<HFConfig> loadConfig(const Options &options,
+                                     ModuleDeclOp model,
+                                     mlir::MLIRContext &context);
+
+int runParams(const Options &options, mlir::ModuleOp top,
+              mlir::MLIRContext &context);
+int runPlan(const Options &options, mlir::ModuleOp top,
+            mlir::MLIRContext &context);
+int runCheck(const Options &options, mlir::ModuleOp top,
+             mlir::MLIRContext &context);
 
 } // namespace mdl
 

@@ -27,9 +27,14 @@ static const char *kUsage = R"(usage: mdlc <command> [options] FILE...
 
 Commands:
   check FILE...       parse, analyse and verify specs; instantiate each model
-                      with its example configs (or --hf-config) and check it
+                      with its example configs (or --hf-config), bind it to
+                      each backend and check it over a grid of parallel
+                      configurations
   params FILE         list every HF tensor of the instantiated model:
                       name<TAB>[d0,d1,...]<TAB>dtype, sorted by name
+  plan FILE --backend B --tp N --pp N --ep N --etp N [--vpp N] [--rank R]
+                      every local tensor of each rank (or rank R) with its
+                      shape, dtype and the slices of parameters it holds
   -emit=ast FILE      print the syntax tree
   -emit=mlir FILE     print the mdl dialect IR
 
@@ -37,7 +42,17 @@ Options:
   --hf-config FILE    instantiate with this HF config.json
   --set KEY=VALUE     override a key of the HF config (e.g.
                       --set mtp_num_hidden_layers=0); VALUE is JSON or text
-  --format=text|json  output format of params
+  --backend B         check (repeatable) or plan this backend
+  --grid AXIS=N,N...  check these configurations, e.g. --grid tp=1,2 pp=1,2
+                      (default: tp=1,2,4,8 pp=1,2,4 ep=1,2,4,8 etp=1,2)
+  --choice NAME=VALUE a backend's storage variant (e.g. expert_storage=packed)
+  --tp, --pp, --ep, --etp, --cp, --dp, --vpp N; --sp
+  --first-stage-layers N, --last-stage-layers N
+                      the parallel configuration of plan
+  --hf-index FILE, --hf-dir DIR, --hf-inventory FILE
+                      check against a checkpoint's index, safetensors
+                      headers, or a tensor inventory (name, shape, dtype)
+  --format=text|json  output format of params and plan
   -I DIR              search DIR for imports
   --verify-diagnostics
                       check the diagnostics against expected-* comments

@@ -204,6 +204,10 @@ private:
   std::string stagedStack;
 };
 
+/// The example configs of a model, resolved against the directory of the
+/// file that declares it.
+std::vector<std::string> exampleConfigPaths(ModuleDeclOp model);
+
 /// Renders a value for messages and JSON: `4`, `true`, `"x"`, `[1, 2]`.
 json::Value toJson(const EvalValue &v);
 

@@ -6,6 +6,9 @@
 #include "mdl/Dialect/MDL/MDLOps.h"
 
 #include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <memory>
 
 namespace mdl {
 
@@ -15,9 +18,13 @@ namespace mdl {
 #define GEN_PASS_REGISTRATION
 #include "mdl/Transforms/Passes.h.inc"
 
-/// The example configs of a model, resolved against the directory of the
-/// file that declares it.
-std::vector<std::string> exampleConfigPaths(ModuleDeclOp model);
+class CheckSession;
+
+/// Adds every check pass to `pm`, sharing one session so that each model is
+/// instantiated, bound and planned once.
+void addCheckPasses(mlir::OpPassManager &pm,
+                    std::shared_ptr<CheckSession> session);
+
 
 } // namespace mdl
 

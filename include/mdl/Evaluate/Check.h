@@ -1,0 +1,113 @@
+//===- Check.h - Checking models over grids of configurations --*- C++ -*-===//
+//
+// A CheckSession evaluates every model of a module against its configs,
+// binds it to each backend and plans it for every parallel configuration
+// of a grid, collecting findings (problems with a stable check ID, where
+// they are, and in how many configurations they occur). The check passes
+// read the findings of their own IDs; `mdlc check` reads the summary.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_EVALUATE_CHECK_H
+#define MDL_EVALUATE_CHECK_H
+
+#include "mdl/Evaluate/Bind.h"
+#include "mdl/Runtime/Plan.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace mdl {
+
+struct CheckOptions {
+  /// The HF config; empty: each model's example configs.
+  std::string hfConfig;
+  /// KEY=VALUE overrides of the HF config.
+  std::vector<std::string> sets;
+  /// Backends to check; empty: every backend some layout describes.
+  std::vector<std::string> backends;
+  /// The grid, e.g. "tp=1,2,4 pp=1,2"; empty: the default grid.
+  std::string grid;
+  /// name=value storage variants of the backends.
+  std::vector<std::string> choices;
+  /// Only files whose models to check; empty: every model.
+  std::vector<std::string> files;
+
+  std::string key() const;
+};
+
+/// Parses a grid such as "tp=1,2,4 pp=1,2"; an error message on failure.
+std::optional<std::string>
+parseGrid(llvm::StringRef text, std::map<std::string, std::vector<int64_t>> &out);
+
+class CheckSession {
+public:
+  explicit CheckSession(CheckOptions options) : opts(std::move(options)) {}
+
+  /// Evaluates everything once; later calls return the first result.
+  /// Errors of evaluation (missing config keys, failed requires) are
+  /// reported as diagnostics here.
+  mlir::LogicalResult prepare(mlir::ModuleOp top);
+
+  struct Finding {
+    std::string check;
+    std::string message;
+    mlir::Operation *at = nullptr;
+    std::string model, backend, configFile;
+    /// The parallel configurations it occurs in (the first one, and how many).
+    std::string firstConfig;
+    int configs = 0;
+    std::set<std::string> configsSeen;
+    /// How many more places (other layers) have the same problem.
+    int similar = 0;
+  };
+  const std::vector<Finding> &findings() const { return found; }
+
+  struct Summary {
+    std::string model, configFile, backend;
+    size_t params = 0;
+    int64_t elements = 0;
+    int configs = 0, valid = 0;
+    /// Some configurations that are invalid, with their reasons.
+    std::vector<std::pair<std::string, std::vector<std::string>>> invalid;
+    size_t tensors = 0; // of the first valid configuration, one rank
+  };
+  const std::vector<Summary> &summaries() const { return sums; }
+  size_t triples() const { return checkedTriples; }
+
+  const CheckOptions &options() const { return opts; }
+
+private:
+  void checkModel(ModuleDeclOp model, const std::string &configPath,
+                  const std::map<std::string, std::vector<int64_t>> &grid);
+  void add(Finding f, const std::string &config);
+
+  CheckOptions opts;
+  bool prepared = false;
+  bool ok = true;
+  std::vector<Finding> found;
+  std::map<std::tuple<std::string, std::string, mlir::Operation *>, size_t>
+      index;
+  std::vector<Summary> sums;
+  size_t checkedTriples = 0;
+  /// Instantiations and bindings stay alive: findings point into their IR.
+  std::vector<std::unique_ptr<HFConfig>> configs;
+  std::vector<std::unique_ptr<Instantiation>> insts;
+  std::vector<std::unique_ptr<BoundModel>> bound;
+};
+
+/// The check IDs and what each guards, for `--help` and docs.
+struct CheckInfo {
+  const char *id;
+  const char *pass;
+  const char *guards;
+};
+llvm::ArrayRef<CheckInfo> allChecks();
+
+} // namespace mdl
+
+#endif // MDL_EVALUATE_CHECK_H

@@ -1,0 +1,114 @@
+//===- Checks.cpp - The check passes --------------------------------------===//
+//
+// Each check pass reports the findings of its own check IDs from a shared
+// CheckSession, as errors at the spec lines involved, with the check ID in
+// brackets and a note saying in which configurations it occurs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mdl/Evaluate/Check.h"
+#include "mdl/Transforms/Passes.h"
+
+namespace mdl {
+#define GEN_PASS_DEF_CHECKCOVERAGE
+#define GEN_PASS_DEF_CHECKSHAPES
+#define GEN_PASS_DEF_CHECKREINTERPRET
+#define GEN_PASS_DEF_CHECKFUSEDSPLIT
+#define GEN_PASS_DEF_CHECKPARALLEL
+#define GEN_PASS_DEF_CHECKSTACKDEPTH
+#define GEN_PASS_DEF_CHECKTIEDVOCAB
+#define GEN_PASS_DEF_CHECKCAPABILITIES
+#define GEN_PASS_DEF_CHECKDERIVED
+#include "mdl/Transforms/Passes.h.inc"
+} // namespace mdl
+
+using namespace mlir;
+using namespace mdl;
+
+namespace {
+
+/// The body every check pass shares: `ids` are the checks it reports.
+template <typename Base>
+struct CheckPassImpl : public Base {
+  CheckPassImpl(std::vector<std::string> ids,
+                std::shared_ptr<CheckSession> session = nullptr)
+      : ids(std::move(ids)), session(std::move(session)) {}
+  template <typename Options>
+  CheckPassImpl(std::vector<std::string> ids, const Options &options)
+      : Base(options), ids(std::move(ids)) {}
+  CheckPassImpl(const CheckPassImpl &other)
+      : Base(other), ids(other.ids), session(other.session) {}
+
+  void runOnOperation() override {
+    ModuleOp top = this->getOperation();
+    if (!session) {
+      CheckOptions o;
+      o.hfConfig = this->hfConfig;
+      o.sets.assign(this->overrides.begin(), this->overrides.end());
+      o.backends.assign(this->backendNames.begin(), this->backendNames.end());
+      o.grid = this->grid;
+      o.choices.assign(this->choices.begin(), this->choices.end());
+      session = std::make_shared<CheckSession>(o);
+    }
+    bool failed = mlir::failed(session->prepare(top));
+    for (const CheckSession::Finding &f : session->findings()) {
+      if (!llvm::is_contained(ids, f.check))
+        continue;
+      failed = true;
+      auto diag = f.at->emitError() << f.message << " [" << f.check << "]";
+      if (f.similar)
+        diag << " (and " << f.similar << " more like it)";
+      std::string where = f.model;
+      if (!f.backend.empty())
+        where += " on " + f.backend;
+      if (!f.firstConfig.empty()) {
+        where += " with " + f.firstConfig;
+        if (f.configs > 1)
+          where += " and " + std::to_string(f.configs - 1) +
+                   " more configuration" + (f.configs > 2 ? "s" : "");
+      }
+      diag.attachNote() << "in " << where << ", instantiated from "
+                        << f.configFile;
+    }
+    this->markAllAnalysesPreserved();
+    if (failed)
+      this->signalPassFailure();
+  }
+
+  std::vector<std::string> ids;
+  std::shared_ptr<CheckSession> session;
+};
+
+#define MDL_CHECK_PASS(Name, ...)                                            \
+  struct Name##Pass                                                          \
+      : CheckPassImpl<mdl::impl::Name##Base<Name##Pass>> {                   \
+    Name##Pass(std::shared_ptr<CheckSession> s = nullptr)                    \
+        : CheckPassImpl({__VA_ARGS__}, std::move(s)) {}                      \
+    Name##Pass(const mdl::Name##Options &o)                                  \
+        : CheckPassImpl({__VA_ARGS__}, o) {}                                 \
+  };
+
+MDL_CHECK_PASS(CheckCoverage, "coverage", "placement")
+MDL_CHECK_PASS(CheckShapes, "shape", "fused-parts")
+MDL_CHECK_PASS(CheckReinterpret, "reinterpret")
+MDL_CHECK_PASS(CheckFusedSplit, "fused-split")
+MDL_CHECK_PASS(CheckParallel, "parallel")
+MDL_CHECK_PASS(CheckStackDepth, "stack-depth")
+MDL_CHECK_PASS(CheckTiedVocab, "tied-head", "vocab-padding")
+MDL_CHECK_PASS(CheckCapabilities, "capability")
+MDL_CHECK_PASS(CheckDerived, "derived")
+
+} // namespace
+
+void mdl::addCheckPasses(OpPassManager &pm,
+                         std::shared_ptr<CheckSession> session) {
+  pm.addPass(std::make_unique<CheckStackDepthPass>(session));
+  pm.addPass(std::make_unique<CheckParallelPass>(session));
+  pm.addPass(std::make_unique<CheckCoveragePass>(session));
+  pm.addPass(std::make_unique<CheckShapesPass>(session));
+  pm.addPass(std::make_unique<CheckReinterpretPass>(session));
+  pm.addPass(std::make_unique<CheckFusedSplitPass>(session));
+  pm.addPass(std::make_unique<CheckTiedVocabPass>(session));
+  pm.addPass(std::make_unique<CheckCapabilitiesPass>(session));
+  pm.addPass(std::make_unique<CheckDerivedPass>(session));
+}

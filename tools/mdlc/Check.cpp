@@ -1,0 +1,91 @@
+//===- Check.cpp - mdlc check: specs over grids of configurations ---------===//
+
+#include "Commands.h"
+
+#include "mdl/Evaluate/Check.h"
+#include "mdl/Transforms/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <set>
+
+using namespace mdl;
+
+static std::string humanCount(int64_t n) {
+  char buf[32];
+  if (n >= 1000000000)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1000000)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  return buf;
+}
+
+int mdl::runCheck(const Options &options, mlir::ModuleOp top,
+                  mlir::MLIRContext &context) {
+  auto start = std::chrono::steady_clock::now();
+  CheckOptions co;
+  co.hfConfig = options.hfConfig;
+  for (const auto &[k, v] : options.sets)
+    co.sets.push_back(k + "=" + v);
+  co.backends = options.backends;
+  for (const auto &[axis, values] : options.grid) {
+    co.grid += (co.grid.empty() ? "" : " ") + axis + "=";
+    for (size_t i = 0; i < values.size(); ++i)
+      co.grid += (i ? "," : "") + std::to_string(values[i]);
+  }
+  for (const auto &[k, v] : options.choices)
+    co.choices.push_back(k + "=" + v);
+  co.files = options.files;
+  auto session = std::make_shared<CheckSession>(co);
+
+  mlir::PassManager pm(&context);
+  addCheckPasses(pm, session);
+  bool ok = mlir::succeeded(pm.run(top));
+
+  // One line per model and config, then the whole run.
+  std::map<std::pair<std::string, std::string>, std::string> lines;
+  std::vector<std::pair<std::string, std::string>> order;
+  int configs = 0, valid = 0;
+  std::set<std::string> models, backends;
+  for (const CheckSession::Summary &s : session->summaries()) {
+    auto key = std::make_pair(s.model, s.configFile);
+    if (!lines.count(key)) {
+      order.push_back(key);
+      lines[key] = s.configFile.empty()
+                       ? s.model + ": checked; no example config to instantiate"
+                       : s.model + " (" + s.configFile + "): " +
+                             std::to_string(s.params) + " parameters, " +
+                             humanCount(s.elements) + " elements";
+    }
+    models.insert(s.model);
+    if (s.backend.empty())
+      continue;
+    lines[key] += "; " + s.backend + ": " + std::to_string(s.tensors) +
+                  " tensors, " + std::to_string(s.valid) + "/" +
+                  std::to_string(s.configs) + " configurations valid";
+    configs += s.configs;
+    valid += s.valid;
+    backends.insert(s.backend);
+  }
+  for (const auto &key : order)
+    llvm::outs() << lines[key] << "\n";
+  size_t errors = 0;
+  for (const CheckSession::Finding &f : session->findings())
+    (void)f, ++errors;
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  char time[32];
+  std::snprintf(time, sizeof time, "%.2f", seconds);
+  llvm::outs() << "checked " << models.size() << " model"
+               << (models.size() == 1 ? "" : "s") << " on " << backends.size()
+               << " backend" << (backends.size() == 1 ? "" : "s") << ": "
+               << configs << " configurations (" << valid << " valid), "
+               << errors << " error" << (errors == 1 ? "" : "s") << ", " << time
+               << " s\n";
+  return ok ? 0 : 1;
+}

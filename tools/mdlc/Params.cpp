@@ -1,0 +1,74 @@
+//===- Params.cpp - mdlc params: the tensors of an HF checkpoint ----------===//
+
+#include "Commands.h"
+
+#include "mdl/Evaluate/Bind.h"
+#include "mdl/Runtime/Json.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+
+using namespace mdl;
+
+int mdl::runParams(const Options &options, mlir::ModuleOp top,
+                   mlir::MLIRContext &context) {
+  ModuleDeclOp model = theModel(top, options.files.front());
+  if (!model)
+    return 1;
+  std::unique_ptr<HFConfig> config = loadConfig(options, model, context);
+  if (!config)
+    return 1;
+  std::unique_ptr<Instantiation> inst = Instantiation::create(model, *config);
+  if (!inst)
+    return 1;
+  std::string backendName =
+      options.backends.empty() ? "hf" : options.backends.front();
+  std::unique_ptr<Backend> backend = Backend::lookup(model, backendName);
+  if (!backend)
+    return 1;
+  std::unique_ptr<BoundModel> bound =
+      bindModel(*inst, *backend, options.choices);
+  if (!bound)
+    return 1;
+  std::vector<rt::TensorListing> tensors =
+      rt::listTensors(bound->layout, RankContext());
+  std::sort(tensors.begin(), tensors.end(),
+            [](const auto &a, const auto &b) { return a.name < b.name; });
+  // Two entries naming one tensor is a bug in the spec.
+  bool dup = false;
+  for (size_t i = 1; i < tensors.size(); ++i)
+    if (tensors[i].name == tensors[i - 1].name) {
+      auto diag = bound->sources[tensors[i].spec->source]->emitError()
+                  << "two layout entries name tensor '" << tensors[i].name
+                  << "'";
+      diag.attachNote(bound->sources[tensors[i - 1].spec->source]->getLoc())
+          << "the other entry";
+      dup = true;
+    }
+  if (dup)
+    return 1;
+  if (options.format == "json") {
+    json::Value arr = json::Value::array();
+    for (const rt::TensorListing &t : tensors) {
+      json::Value o = json::Value::object();
+      o.set("name", json::Value::string(t.name));
+      json::Value shape = json::Value::array();
+      for (int64_t d : t.shape)
+        shape.push(json::Value::integer(d));
+      o.set("shape", std::move(shape));
+      o.set("dtype",
+            json::Value::string(std::string(safetensorsName(t.dtype))));
+      arr.push(std::move(o));
+    }
+    llvm::outs() << json::write(arr, 2) << "\n";
+    return 0;
+  }
+  for (const rt::TensorListing &t : tensors) {
+    llvm::outs() << t.name << "\t[";
+    for (size_t i = 0; i < t.shape.size(); ++i)
+      llvm::outs() << (i ? "," : "") << t.shape[i];
+    llvm::outs() << "]\t" << safetensorsName(t.dtype) << "\n";
+  }
+  return 0;
+}
