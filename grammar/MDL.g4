@@ -147,7 +147,13 @@ axisTerm
   | '{' part (',' part)* '}'                  # partsTerm
   | '(' axisTerm ')'                          # parenTerm
   ;
-part : qualifiedName (':' partShape)? ;
+// A part is a parameter with the dimensions it adds, or a group: a product
+// holding a part set of its own (vLLM's per-head [q_h; gate_h] inside
+// qkv_proj's [q; k; v]).
+part
+  : qualifiedName (':' partShape)?            # namedPart
+  | '(' axisTerm (',' axisTerm)* ')'          # groupPart
+  ;
 partShape
   : axisTerm                                  # singlePartShape
   | '(' axisTerm (',' axisTerm)+ ')'          # productPartShape

@@ -199,6 +199,16 @@ void Dumper::term(const AxisTerm &t) {
     for (size_t i = 0; i < t.parts.size(); ++i) {
       if (i)
         os << ", ";
+      if (t.parts[i].isGroup()) {
+        os << "(";
+        for (size_t j = 0; j < t.parts[i].shape.size(); ++j) {
+          if (j)
+            os << ", ";
+          term(t.parts[i].shape[j]);
+        }
+        os << ")";
+        continue;
+      }
       os << t.parts[i].param.str();
       if (!t.parts[i].shape.empty()) {
         os << ": ";

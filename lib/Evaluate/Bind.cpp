@@ -362,6 +362,21 @@ FailureOr<rt::Term> Binder::term(TermAttr t, ModuleDeclOp scope,
   case TermKind::parts:
     out.kind = rt::Term::Parts;
     for (TermAttr p : t.terms()) {
+      if (p.getName().getValue().empty()) {
+        // A group: its terms, with their own part set, in the layout's
+        // scope.
+        rt::Term::Part group;
+        bool groupDropped = false;
+        for (TermAttr c : p.terms()) {
+          FailureOr<rt::Term> ct = term(c, scope, node, op, groupDropped);
+          if (failed(ct))
+            return failure();
+          group.shape.push_back(std::move(*ct));
+        }
+        if (!groupDropped)
+          out.parts.push_back(std::move(group));
+        continue;
+      }
       std::string why;
       ResolvedParam r = resolveParam(node.module, p.getName().getValue(), why);
       if (!r.decl) {

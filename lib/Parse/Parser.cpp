@@ -702,9 +702,15 @@ AxisTerm ASTBuilder::axisTerm(P::AxisTermContext *c) {
     t.kind = AxisTerm::Parts;
     for (auto *part : p->part()) {
       LayoutPart lp;
-      lp.param = qualified(part->qualifiedName());
       lp.range = range(part);
-      if (auto *ps = part->partShape()) {
+      if (auto *g = dynamic_cast<P::GroupPartContext *>(part)) {
+        lp.shape = axisProduct(g->axisTerm());
+        t.parts.push_back(std::move(lp));
+        continue;
+      }
+      auto *named = static_cast<P::NamedPartContext *>(part);
+      lp.param = qualified(named->qualifiedName());
+      if (auto *ps = named->partShape()) {
         if (auto *single = dynamic_cast<P::SinglePartShapeContext *>(ps))
           lp.shape.push_back(axisTerm(single->axisTerm()));
         else

@@ -67,9 +67,11 @@ int64_t mdl::rt::termSize(const Term &t, int param, const ExtentFn &extent) {
   case Term::Parts: {
     int64_t n = 0;
     for (const Term::Part &p : t.parts) {
+      // A group's shared dimensions are those of its first parameter.
+      int owner = p.isGroup() ? partParams(p).front() : p.param;
       int64_t m = 1;
       for (const Term &c : p.shape)
-        m *= termSize(c, p.param, extent);
+        m *= termSize(c, owner, extent);
       n += m;
     }
     return n;
@@ -78,20 +80,34 @@ int64_t mdl::rt::termSize(const Term &t, int param, const ExtentFn &extent) {
   return 0;
 }
 
+static void collectParams(const Term &term, std::vector<int> &out) {
+  if (term.kind == Term::Parts)
+    for (const Term::Part &p : term.parts) {
+      if (!p.isGroup())
+        out.push_back(p.param);
+      for (const Term &c : p.shape)
+        collectParams(c, out);
+    }
+  for (const Term &c : term.children)
+    collectParams(c, out);
+}
+
+std::vector<int> mdl::rt::partParams(const Term::Part &p) {
+  std::vector<int> out;
+  if (!p.isGroup())
+    out.push_back(p.param);
+  for (const Term &c : p.shape)
+    collectParams(c, out);
+  return out;
+}
+
 std::vector<int> mdl::rt::tensorParams(const TensorSpec &t) {
   std::vector<int> out;
   if (t.param >= 0)
     out.push_back(t.param);
-  std::function<void(const Term &)> walk = [&](const Term &term) {
-    if (term.kind == Term::Parts)
-      for (const Term::Part &p : term.parts)
-        out.push_back(p.param);
-    for (const Term &c : term.children)
-      walk(c);
-  };
   for (const auto &axis : t.axes)
     for (const Term &term : axis)
-      walk(term);
+      collectParams(term, out);
   return out;
 }
 

@@ -447,8 +447,17 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
     };
     // Sizes use the part's own parameter for its own shape, and the
     // part being laid out for shared terms.
-    std::function<int64_t(const Term &, int)> termSz =
-        [&](const Term &term, int owner) -> int64_t {
+    std::function<int64_t(const Term &, int)> termSz;
+    // A part's size, with its own parameter (a group: its first one) for
+    // the dimensions it shares.
+    auto partSz = [&](const Term::Part &pt) {
+      int owner = pt.isGroup() ? partParams(pt).front() : pt.param;
+      int64_t k = 1;
+      for (const Term &c : pt.shape)
+        k *= termSz(c, owner);
+      return k;
+    };
+    termSz = [&](const Term &term, int owner) -> int64_t {
       switch (term.kind) {
       case Term::Atom:
         return extent(owner, term.atom, ctx).padded;
@@ -462,12 +471,8 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
       }
       case Term::Parts: {
         int64_t n = 0;
-        for (const Term::Part &pt : term.parts) {
-          int64_t k = 1;
-          for (const Term &c : pt.shape)
-            k *= termSz(c, pt.param);
-          n += k;
-        }
+        for (const Term::Part &pt : term.parts)
+          n += partSz(pt);
         return n;
       }
       }
@@ -509,17 +514,18 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
               place(term.children, stride);
               break;
             case Term::Parts: {
+              // Find the part holding this parameter (itself, or a group
+              // around it); the parts before it come first.
               int64_t offset = 0;
               for (const Term::Part &pt : term.parts) {
-                int64_t k = 1;
-                for (const Term &c : pt.shape)
-                  k *= termSz(c, pt.param);
-                if (pt.param == param) {
+                std::vector<int> inside = partParams(pt);
+                if (std::find(inside.begin(), inside.end(), param) !=
+                    inside.end()) {
                   piece.base += offset * stride;
                   place(pt.shape, stride);
                   break;
                 }
-                offset += k;
+                offset += partSz(pt);
               }
               break;
             }

@@ -1233,54 +1233,87 @@ void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
                                     const TensorEntry &e, ExprEnv &env) {
   checkTemplate(e.name, env, /*allowFamily=*/true);
 
-  // The parameters the tensor holds, with the dims each part adds.
+  // The parameters the tensor holds, each with every dimension it must
+  // have: those of the levels around its part, and its own.
   struct PartUse {
     ParamRef ref;
-    const AxisProduct *shape;
+    std::vector<const Ident *> dims;
     SMLoc loc;
   };
   std::vector<PartUse> parts;
-  std::vector<const Ident *> sharedDims;
-  unsigned partSets = 0;
-  std::function<void(const AxisTerm &, bool)> walk = [&](const AxisTerm &t,
-                                                         bool inPart) {
-    switch (t.kind) {
-    case AxisTerm::Dim:
-      if (!inPart)
-        sharedDims.push_back(&t.dim);
-      return;
-    case AxisTerm::Unit:
-      return;
-    case AxisTerm::Product:
-      for (const AxisTerm &x : t.product)
-        walk(x, inPart);
-      return;
-    case AxisTerm::Parts:
-      if (inPart) {
-        error(t.range.Start) << "part sets cannot nest";
-        return;
-      }
-      ++partSets;
-      for (const LayoutPart &p : t.parts) {
-        std::string why;
-        auto ref = resolveParamRef(program, scope, p.param, why);
-        if (!ref) {
-          error(p.param.range.Start) << why;
-          continue;
+  bool bad = false;
+  // Dims and part sets of one level: through products, not into parts.
+  std::function<void(const AxisTerm &, std::vector<const Ident *> &,
+                     std::vector<const AxisTerm *> &)>
+      collect = [&](const AxisTerm &t, std::vector<const Ident *> &dims,
+                    std::vector<const AxisTerm *> &sets) {
+        if (t.kind == AxisTerm::Dim)
+          dims.push_back(&t.dim);
+        else if (t.kind == AxisTerm::Parts)
+          sets.push_back(&t);
+        for (const AxisTerm &c : t.product)
+          collect(c, dims, sets);
+      };
+  std::function<void(const std::vector<const AxisTerm *> &,
+                     std::vector<const Ident *>, bool, SMLoc)>
+      level = [&](const std::vector<const AxisTerm *> &terms,
+                  std::vector<const Ident *> shared, bool top, SMLoc where) {
+        std::vector<const AxisTerm *> sets;
+        for (const AxisTerm *t : terms)
+          collect(*t, shared, sets);
+        if (sets.size() > 1) {
+          error(sets[1]->range.Start)
+              << "a tensor selects its parameter through one part set";
+          bad = true;
+          return;
         }
-        parts.push_back({*ref, &p.shape, p.param.range.Start});
-        for (const AxisTerm &x : p.shape)
-          walk(x, true);
-      }
-      return;
-    }
-  };
+        if (!top && sets.size() != 1) {
+          error(where) << "a group holds one part set; without one, name "
+                          "the parameter: {q: (P, D), ...}";
+          bad = true;
+          return;
+        }
+        if (sets.empty())
+          return;
+        for (const LayoutPart &p : sets.front()->parts) {
+          if (p.isGroup()) {
+            std::vector<const AxisTerm *> inner;
+            for (const AxisTerm &t : p.shape)
+              inner.push_back(&t);
+            level(inner, shared, false, p.range.Start);
+            continue;
+          }
+          std::string why;
+          auto ref = resolveParamRef(program, scope, p.param, why);
+          if (!ref) {
+            error(p.param.range.Start) << why;
+            bad = true;
+            continue;
+          }
+          PartUse use{*ref, shared, p.param.range.Start};
+          std::vector<const AxisTerm *> own;
+          for (const AxisTerm &t : p.shape)
+            collect(t, use.dims, own);
+          if (!own.empty()) {
+            error(own.front()->range.Start)
+                << "a part set inside a named part; write a group instead, "
+                   "as in {(G, {q, gate}), k: (G, D)}";
+            bad = true;
+          }
+          parts.push_back(std::move(use));
+        }
+      };
+  std::vector<const AxisTerm *> top;
   for (const AxisProduct &axis : e.tensor.axes)
     for (const AxisTerm &t : axis)
-      walk(t, false);
+      top.push_back(&t);
+  std::vector<const Ident *> topDims;
+  std::vector<const AxisTerm *> topSets;
+  for (const AxisTerm *t : top)
+    collect(*t, topDims, topSets);
 
   if (e.tensor.param) {
-    if (partSets) {
+    if (!topSets.empty()) {
       error(e.tensor.range.Start)
           << "a tensor names its parameter either before its axes or in a "
              "part set, not both";
@@ -1292,24 +1325,26 @@ void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
       error(e.tensor.param->range.Start) << why;
       return;
     }
-    parts.push_back({*ref, nullptr, e.tensor.param->range.Start});
-  } else if (partSets == 0) {
+    parts.push_back({*ref, topDims, e.tensor.param->range.Start});
+  } else if (topSets.empty()) {
     error(e.tensor.range.Start)
         << "this tensor holds no parameter: name one before its axes, as in "
            "q[(G, D), H], or select parts with {q, k}";
     return;
-  } else if (partSets > 1) {
-    error(e.tensor.range.Start)
-        << "a tensor selects its parameter through one part set";
-    return;
+  } else {
+    level(top, {}, true, e.tensor.range.Start);
+    if (bad)
+      return;
   }
 
-  // Every dimension named must be a dimension of the parameter(s) it covers.
-  auto checkDimIn = [&](const Ident &d, const PartUse &p) {
-    const ModuleSymbol *sym = p.ref.owner->lookup(d.name);
-    if (!sym || !sym->isDim()) {
-      auto diag = error(d.loc())
-                  << "'" << d.name << "' is not a dimension of '"
+  // Every dimension named must be a dimension of the parameter it covers.
+  for (const PartUse &p : parts)
+    for (const Ident *d : p.dims) {
+      const ModuleSymbol *sym = p.ref.owner->lookup(d->name);
+      if (sym && sym->isDim())
+        continue;
+      auto diag = error(d->loc())
+                  << "'" << d->name << "' is not a dimension of '"
                   << p.ref.owner->decl->name.name << "', which declares '"
                   << (p.ref.symbol->kind == ModuleSymbol::Linear
                           ? cast<LinearMember>(p.ref.symbol->member)->name.name
@@ -1317,21 +1352,6 @@ void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
                   << "'";
       diag.attachNote(loc(p.loc)) << "for this parameter";
     }
-  };
-  for (const PartUse &p : parts) {
-    for (const Ident *d : sharedDims)
-      checkDimIn(*d, p);
-    if (!p.shape)
-      continue;
-    std::function<void(const AxisTerm &)> inPart = [&](const AxisTerm &t) {
-      if (t.kind == AxisTerm::Dim)
-        checkDimIn(t.dim, p);
-      for (const AxisTerm &x : t.product)
-        inPart(x);
-    };
-    for (const AxisTerm &t : *p.shape)
-      inPart(t);
-  }
 
   for (const TensorOption &o : e.options) {
     switch (o.kind) {

@@ -416,9 +416,10 @@ struct QualifiedName {
 struct AxisTerm;
 using AxisProduct = std::vector<AxisTerm>;
 struct LayoutPart {
-  QualifiedName param;
-  AxisProduct shape; // empty: the part adds no dimensions of its own
+  QualifiedName param; // empty for a group
+  AxisProduct shape;   // empty: the part adds no dimensions of its own
   SMRange range;
+  bool isGroup() const { return param.parts.empty(); }
 };
 struct AxisTerm {
   enum Kind { Dim, Unit, Parts, Product };

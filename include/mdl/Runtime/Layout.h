@@ -72,9 +72,12 @@ struct Term {
   Kind kind = Atom;
   std::string atom;            // Atom
   std::vector<Term> children;  // Product
+  /// A part: a parameter with the dimensions it adds, or (param -1) a
+  /// group, whose shape holds a part set of its own.
   struct Part {
     int param = -1;
     std::vector<Term> shape;   // a product; empty adds no dimension
+    bool isGroup() const { return param < 0; }
   };
   std::vector<Part> parts;     // Parts
 
@@ -180,8 +183,10 @@ std::string renderName(const TensorSpec &t, int64_t localLayer,
 using ExtentFn = std::function<int64_t(int param, const std::string &atom)>;
 int64_t termSize(const Term &t, int param, const ExtentFn &extent);
 
-/// The parameters a tensor holds (one, or one per part).
+/// The parameters a tensor holds (one, or one per part, groups included).
 std::vector<int> tensorParams(const TensorSpec &t);
+/// The parameters of a part (itself, or those of a group).
+std::vector<int> partParams(const Term::Part &p);
 
 /// The atoms a tensor's name is indexed by.
 std::vector<std::string> familyAtoms(const TensorSpec &t);

@@ -108,6 +108,12 @@ void TermAttr::printBody(AsmPrinter &p) const {
     p << "}";
     return;
   case TermKind::part:
+    if (getName().getValue().empty()) { // a group
+      p << "(";
+      llvm::interleaveComma(terms(), p, [&](TermAttr t) { t.printBody(p); });
+      p << ")";
+      return;
+    }
     p << getName().getValue();
     if (!getChildren().empty()) {
       p << ": ";
@@ -144,6 +150,20 @@ TermAttr TermAttr::parseBody(AsmParser &parser) {
   if (succeeded(parser.parseOptionalLBrace())) {
     SmallVector<Attribute> parts;
     do {
+      // A group: a product holding a part set of its own.
+      if (succeeded(parser.parseOptionalLParen())) {
+        SmallVector<Attribute> terms;
+        do {
+          TermAttr t = parseBody(parser);
+          if (!t)
+            return {};
+          terms.push_back(t);
+        } while (succeeded(parser.parseOptionalComma()));
+        if (parser.parseRParen())
+          return {};
+        parts.push_back(getPart(ctx, "", terms));
+        continue;
+      }
       std::string param;
       if (parseName(parser, param))
         return {};

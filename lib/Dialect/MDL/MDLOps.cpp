@@ -518,24 +518,18 @@ static LogicalResult verifyTemplate(Operation *op, ArrayAttr segments,
   return success();
 }
 
-/// Collects the dimension names a term uses outside and inside parts.
-static void collectTermDims(TermAttr t, SmallVectorImpl<StringRef> &dims) {
+/// Collects the dimensions and part sets of one level of a layout: through
+/// products, not into parts.
+static void collectLevel(TermAttr t, SmallVectorImpl<StringRef> &dims,
+                         SmallVectorImpl<TermAttr> &sets) {
   if (t.getKind() == TermKind::dim)
     dims.push_back(t.getName().getValue());
-  if (t.getKind() == TermKind::parts)
-    return;
-  for (TermAttr c : t.terms())
-    collectTermDims(c, dims);
-}
-
-static void collectParts(TermAttr t, SmallVectorImpl<TermAttr> &parts) {
   if (t.getKind() == TermKind::parts) {
-    for (TermAttr p : t.terms())
-      parts.push_back(p);
+    sets.push_back(t);
     return;
   }
   for (TermAttr c : t.terms())
-    collectParts(c, parts);
+    collectLevel(c, dims, sets);
 }
 
 LogicalResult TensorOp::verify() {
@@ -543,43 +537,64 @@ LogicalResult TensorOp::verify() {
   if (!module)
     return success(); // the layout reports it
   LayoutAttr layout = getLayout();
-  SmallVector<TermAttr> parts;
-  SmallVector<StringRef> shared;
-  for (TermAttr axis : layout.axisTerms()) {
-    collectParts(axis, parts);
-    collectTermDims(axis, shared);
-  }
   struct Use {
     std::string param;
     SmallVector<StringRef> dims;
   };
   SmallVector<Use> uses;
-  if (layout.getParam()) {
-    if (!parts.empty())
-      return emitOpError("names its parameter both before the axes and in "
-                         "a part set");
-    uses.push_back({layout.getParam().str(), {}});
-  } else {
-    if (parts.empty())
-      return emitOpError("holds no parameter");
-    for (TermAttr p : parts) {
-      Use u{p.getName().str(), {}};
-      for (TermAttr c : p.terms()) {
-        SmallVector<TermAttr> nested;
-        collectParts(c, nested);
-        if (!nested.empty())
-          return emitOpError("part sets cannot nest");
-        collectTermDims(c, u.dims);
+  // Walks one level (the tensor, or a group): its dims are shared by the
+  // parameters of its part set.
+  std::function<LogicalResult(ArrayRef<TermAttr>, SmallVector<StringRef>,
+                              bool)>
+      level = [&](ArrayRef<TermAttr> terms, SmallVector<StringRef> shared,
+                  bool top) -> LogicalResult {
+    SmallVector<TermAttr> sets;
+    for (TermAttr t : terms)
+      collectLevel(t, shared, sets);
+    if (sets.size() > 1)
+      return emitOpError("selects its parameter through more than one part "
+                         "set");
+    if (!top && sets.size() != 1)
+      return emitOpError("has a group without a part set");
+    if (sets.empty())
+      return success();
+    for (TermAttr p : sets.front().terms()) {
+      if (p.getName().getValue().empty()) {
+        if (failed(level(p.terms(), shared, false)))
+          return failure();
+        continue;
       }
+      Use u{p.getName().str(), shared};
+      SmallVector<TermAttr> nested;
+      for (TermAttr c : p.terms())
+        collectLevel(c, u.dims, nested);
+      if (!nested.empty())
+        return emitOpError("part sets cannot nest");
       uses.push_back(u);
     }
+    return success();
+  };
+  SmallVector<TermAttr> axes = layout.axisTerms();
+  if (layout.getParam()) {
+    SmallVector<StringRef> dims;
+    SmallVector<TermAttr> sets;
+    for (TermAttr t : axes)
+      collectLevel(t, dims, sets);
+    if (!sets.empty())
+      return emitOpError("names its parameter both before the axes and in "
+                         "a part set");
+    uses.push_back({layout.getParam().str(), dims});
+  } else {
+    if (failed(level(axes, {}, true)))
+      return failure();
+    if (uses.empty())
+      return emitOpError("holds no parameter");
   }
   for (Use &u : uses) {
     std::string why;
     ResolvedParam r = resolveParam(module, u.param, why);
     if (!r.decl)
       return emitOpError() << "names parameter '" << u.param << "': " << why;
-    u.dims.append(shared.begin(), shared.end());
     for (StringRef d : u.dims)
       if (!isDimDecl(SymbolTable::lookupSymbolIn(r.owner, d)))
         return emitOpError() << "uses '" << d << "', which is not a dimension "
