@@ -159,7 +159,7 @@ partShape
   | '(' axisTerm (',' axisTerm)+ ')'          # productPartShape
   ;
 tensorOption
-  : 'copy'                                    # copyOption
+  : 'copy' ('(' expr ')')?                    # copyOption
   | 'offset' '(' expr ')'                     # offsetOption
   | 'as' dtypeName                            # dtypeOption
   | 'view' '[' expr (',' expr)* ']'           # viewOption

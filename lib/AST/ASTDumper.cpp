@@ -461,6 +461,11 @@ void Dumper::decl(const Decl *d) {
           switch (o.kind) {
           case TensorOption::Copy:
             os << " copy";
+            if (o.value) {
+              os << "(";
+              expr(o.value.get());
+              os << ")";
+            }
             break;
           case TensorOption::Offset:
             os << " offset(";

@@ -3,6 +3,7 @@
 #include "mdl/Evaluate/Bind.h"
 
 #include "mlir/IR/Diagnostics.h"
+#include <algorithm>
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -13,15 +14,19 @@ using namespace mdl;
 // Backend
 //===----------------------------------------------------------------------===//
 
-std::unique_ptr<Backend> Backend::lookup(Operation *anchor, StringRef name) {
+std::unique_ptr<Backend> Backend::lookup(Operation *anchor,
+                                         StringRef spelled) {
   ModuleOp top = getTopModule(anchor);
+  // Command lines say `mcore-te`; identifiers cannot hold a dash.
+  std::string name = spelled.str();
+  std::replace(name.begin(), name.end(), '-', '_');
   auto b = dyn_cast_or_null<BackendOp>(SymbolTable::lookupSymbolIn(top, name));
   if (!b) {
     SmallVector<StringRef> known;
     for (auto k : top.getOps<BackendOp>())
       known.push_back(k.getSymName());
     auto diag = emitError(anchor->getLoc())
-                << "no backend named '" << name << "'";
+                << "no backend named '" << spelled << "'";
     if (!known.empty()) {
       diag << " (known: ";
       llvm::interleaveComma(known, diag);
@@ -180,7 +185,14 @@ std::vector<rt::Split> Binder::splitsOf(const ConcreteParam &p,
   }
   // The tensor-parallel split: a layout's shard entry, else the style.
   MeshAxis tpAxis = grouped ? MeshAxis::ETP : MeshAxis::TP;
-  if (ShardOp s = overrides.lookup(p.path)) {
+  // A bias follows its linear's shard entry.
+  ShardOp s = overrides.lookup(p.path);
+  if (!s && p.bias)
+    s = overrides.lookup(StringRef(p.path).drop_back(strlen(".bias")));
+  // An entry splitting a dimension the parameter lacks (a row-parallel
+  // linear's bias) leaves it as its style says.
+  if (s && llvm::all_of(getDimAtoms(node.module, s.getDim()),
+                        [&](StringRef a) { return p.atomIndex(a) >= 0; })) {
     rt::Split t;
     for (StringRef a : getDimAtoms(node.module, s.getDim()))
       t.atoms.push_back(a.str());
@@ -512,6 +524,13 @@ LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
   if (dropped)
     return success();
   t.copy = op.getCopy();
+  if (!op.getCopyIf().empty()) {
+    FailureOr<std::vector<EvalValue>> c =
+        node.evalRegion(op.getCopyIf(), args, env);
+    if (failed(c))
+      return failure();
+    t.copy = c->front().i;
+  }
   if (auto o = op.getOffset())
     t.offset = int64_t(*o);
   if (auto s = op.getStored())

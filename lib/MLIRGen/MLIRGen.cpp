@@ -567,6 +567,7 @@ void Generator::layout(const LayoutDecl *d) {
         param = builder.getStringAttr(t->tensor.param->str());
       auto layoutAttr = LayoutAttr::get(&ctx, param, builder.getArrayAttr(axes));
       bool copy = false;
+      const Expr *copyIf = nullptr;
       mlir::IntegerAttr offset, split;
       ElementTypeAttr stored;
       mlir::StringAttr splitBy, on;
@@ -574,7 +575,10 @@ void Generator::layout(const LayoutDecl *d) {
       for (const TensorOption &o : t->options) {
         switch (o.kind) {
         case TensorOption::Copy:
-          copy = true;
+          if (o.value)
+            copyIf = o.value.get();
+          else
+            copy = true;
           break;
         case TensorOption::Offset: {
           // Sema made offsets integer expressions; they must be literals.
@@ -623,6 +627,8 @@ void Generator::layout(const LayoutDecl *d) {
           sizes.push_back(s.get());
         yieldRegion(op.getView(), sizes);
       }
+      if (copyIf)
+        yieldRegion(op.getCopyIf(), {copyIf}, blockArgs);
       if (t->when)
         yieldRegion(op.getWhen(), {t->when.get()}, blockArgs);
     } else if (auto *m = dyn_cast<MountEntry>(entry.get())) {

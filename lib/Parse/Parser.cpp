@@ -756,8 +756,10 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
     for (auto *o : x->tensorOption()) {
       TensorOption opt;
       opt.range = range(o);
-      if (dynamic_cast<P::CopyOptionContext *>(o)) {
+      if (auto *c = dynamic_cast<P::CopyOptionContext *>(o)) {
         opt.kind = TensorOption::Copy;
+        if (c->expr())
+          opt.value = expr(c->expr());
       } else if (auto *off = dynamic_cast<P::OffsetOptionContext *>(o)) {
         opt.kind = TensorOption::Offset;
         opt.value = expr(off->expr());

@@ -1356,6 +1356,8 @@ void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
   for (const TensorOption &o : e.options) {
     switch (o.kind) {
     case TensorOption::Copy:
+      if (o.value)
+        expect(o.value.get(), env, Type::get(Type::Bool), "a copy condition");
       break;
     case TensorOption::Offset:
       expect(o.value.get(), env, Type::get(Type::Int), "an offset");

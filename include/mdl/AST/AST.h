@@ -439,7 +439,7 @@ struct TensorExpr {
 struct TensorOption {
   enum Kind { Copy, Offset, DType, View, Split, On };
   Kind kind;
-  ExprPtr value;                // Offset
+  ExprPtr value;                // Offset; Copy's condition, if any
   Ident name;                   // DType, Split's mesh axis, On's stage
   std::vector<ExprPtr> shape;   // View
   int64_t axis = 0;             // Split

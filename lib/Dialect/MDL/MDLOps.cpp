@@ -618,7 +618,7 @@ LogicalResult TensorOp::verify() {
                            << "', which is not a stack of the module";
     wantArgs = 1;
   }
-  for (Region *r : {&getNameArgs(), &getWhen()})
+  for (Region *r : {&getNameArgs(), &getCopyIf(), &getWhen()})
     if (!r->empty() && r->front().getNumArguments() != wantArgs)
       return emitOpError() << "regions take " << wantArgs
                            << " block argument(s)";
@@ -627,8 +627,11 @@ LogicalResult TensorOp::verify() {
 }
 
 LogicalResult TensorOp::verifyRegions() {
-  if (failed(verifyYields(*this, getWhen(), i1(getContext()), "when")))
+  if (failed(verifyYields(*this, getWhen(), i1(getContext()), "when")) ||
+      failed(verifyYields(*this, getCopyIf(), i1(getContext()), "copy")))
     return failure();
+  if (!getCopyIf().empty() && getCopy())
+    return emitOpError("is a copy always, or under a condition, not both");
   if (YieldOp y = getYield(getView()))
     for (Type t : y.getValues().getTypes())
       if (t != i64(getContext()))

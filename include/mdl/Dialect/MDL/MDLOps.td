@@ -234,8 +234,9 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
     index) and integers (the n-th value yielded by `nameArgs`). The options
     are those of the `.mdl` entry: `copy`, `offset`, `stored` (dtype),
     `view` (sizes yielded by `view`), `split` (an axis split evenly by
-    `split_by`), `on` (first or last stage). With `for_stack`, there is one
-    tensor per element of that stack of the module, and the `nameArgs` and
+    `split_by`), `on` (first or last stage); `copyIf` makes the tensor a
+    copy only where it holds. With `for_stack`, there is one tensor per
+    element of that stack of the module, and the `nameArgs`, `copyIf` and
     `when` regions take the element's index.
   }];
   let arguments = (ins ArrayAttr:$name, MDL_LayoutAttr:$layout,
@@ -246,11 +247,12 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
                        OptionalAttr<StrAttr>:$split_by,
                        OptionalAttr<StrAttr>:$on);
   let regions = (region AnyRegion:$nameArgs, AnyRegion:$view,
-                        AnyRegion:$when);
+                        AnyRegion:$copyIf, AnyRegion:$when);
   let assemblyFormat = [{
     $name (`for` $for_stack^)? `=` $layout (`copy` $copy^)? (`offset` $offset^)?
     (`stored` $stored^)? (`split` $split^)? (`by` $split_by^)? (`on` $on^)?
-    (`args` $nameArgs^)? (`view` $view^)? (`when` $when^)? attr-dict
+    (`args` $nameArgs^)? (`view` $view^)? (`copy_if` $copyIf^)?
+    (`when` $when^)? attr-dict
   }];
   let hasVerifier = 1;
   let hasRegionVerifier = 1;
