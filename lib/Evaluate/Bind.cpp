@@ -101,9 +101,15 @@ bool readsContext(Region &region) {
     if (isa<ContextOp>(op))
       found = true;
     else if (auto g = dyn_cast<GetOp>(op)) {
-      // A layout's or a backend's let may read the context.
+      // A layout's or a backend's let may read the context; choices are
+      // bound before any rank exists. Sema has ruled out value cycles.
       Operation *decl = lookupValueDecl(g, g.getName());
-      if (decl && !isa<ModuleDeclOp>(decl->getParentOp()))
+      if (!decl || isa<ModuleDeclOp>(decl->getParentOp()) ||
+          isa<ChoiceOp>(decl))
+        return;
+      if (auto let = dyn_cast<LetOp>(decl))
+        found |= readsContext(let.getValue());
+      else
         found = true;
     }
   });
@@ -141,6 +147,9 @@ private:
   /// The parameter `dotted` of `node`, or -1 when it does not exist in
   /// this instance (a condition left it out).
   int findParam(InstanceNode &node, StringRef dotted);
+  /// The innermost stack element holding `node` (itself included), as a
+  /// unit of the layout; -1 outside stacks.
+  int unitOf(InstanceNode *node);
   FailureOr<rt::Term> term(TermAttr t, ModuleDeclOp scope, InstanceNode &node,
                            Operation *op, bool &dropped);
   std::vector<rt::Split> splitsOf(const ConcreteParam &p, InstanceNode &node,
@@ -155,6 +164,7 @@ private:
   /// Shard overrides by parameter path.
   llvm::StringMap<ShardOp> overrides;
   llvm::DenseSet<Operation *> reportedNoLayout;
+  llvm::DenseMap<InstanceNode *, int> units;
 };
 
 rt::Placement placementOf(StringRef stage) {
@@ -255,6 +265,7 @@ LogicalResult Binder::bindParams() {
       }
       rp.sizes = p.sizes;
       rp.placement = placementOf(p.stage);
+      rp.unit = unitOf(&node);
       rp.source = source(p.decl);
       int index = int(out.layout.params.size());
       rp.splits = splitsOf(p, node, index);
@@ -264,6 +275,17 @@ LogicalResult Binder::bindParams() {
     }
   });
   return success();
+}
+
+int Binder::unitOf(InstanceNode *node) {
+  while (node && node->stackIndex < 0)
+    node = node->parent;
+  if (!node)
+    return -1;
+  auto [it, inserted] = units.try_emplace(node, int(units.size()));
+  if (inserted)
+    out.layout.unitIndex.push_back(node->stackIndex);
+  return it->second;
 }
 
 int Binder::findParam(InstanceNode &node, StringRef dotted) {
@@ -470,6 +492,7 @@ LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
                                  InstanceNode *element) {
   rt::TensorSpec t;
   t.source = source(op);
+  t.unit = unitOf(element ? element : &node);
   std::vector<EvalValue> args;
   if (element)
     args.push_back(EvalValue::integer(element->stackIndex));

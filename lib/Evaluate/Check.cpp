@@ -302,6 +302,7 @@ void CheckSession::checkModel(
     sum.params = layout.params.size();
     for (const rt::Param &p : layout.params)
       sum.elements += p.numElements();
+    rt::CheckScope scope = rt::representativeLayers(layout);
     std::set<std::string> seen;
     for (ParallelConfig point : points) {
       // Axes the backend lacks stay at 1.
@@ -339,7 +340,7 @@ void CheckSession::checkModel(
         first.config = point;
         sum.tensors = planner.tensors(first, nullptr).size();
       }
-      for (const rt::Problem &p : rt::checkLayout(planner))
+      for (const rt::Problem &p : rt::checkLayout(planner, &scope))
         finding(p.check, p.message, p.source, cfg);
     }
     sums.push_back(std::move(sum));

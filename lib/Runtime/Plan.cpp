@@ -6,6 +6,7 @@
 #include <cassert>
 #include <functional>
 #include <set>
+#include <sstream>
 
 using namespace mdl;
 using namespace mdl::rt;
@@ -608,9 +609,12 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
 }
 
 std::vector<LocalTensor> Planner::tensors(const RankContext &ctx,
-                                          std::vector<Problem> *problems) const {
+                                          std::vector<Problem> *problems,
+                                          const std::vector<bool> *skip) const {
   std::vector<LocalTensor> out;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (skip && (*skip)[i])
+      continue;
     LocalTensor t;
     if (tensor(int(i), ctx, t, problems))
       out.push_back(std::move(t));
@@ -738,7 +742,167 @@ void checkSplit(const Planner &planner, const LocalTensor &lt,
 
 } // namespace
 
-std::vector<Problem> mdl::rt::checkLayout(const Planner &planner) {
+namespace {
+
+/// Serializes what planning a layer depends on, with parameters numbered
+/// within the layer, so that equal strings mean equal plans. Source ids are
+/// left out: they differ per layer, and a finding of the representative
+/// points at the same declarations.
+class LayerSignature {
+public:
+  LayerSignature(const ModelLayout &m, const std::vector<int> &params,
+                 int64_t unitIndex)
+      : m(m), index(unitIndex) {
+    for (int p : params)
+      ordinal[p] = ordinal.size();
+  }
+
+  /// False when the parameter cannot be compared (vocabulary padding).
+  bool addParam(int param) {
+    const Param &p = m.params[param];
+    out << "P" << specName(p.dtype) << int(p.placement.kind)
+        << (p.placement.kind == Placement::Layer ? p.placement.layer - index
+                                                 : 0)
+        << '(';
+    for (size_t i = 0; i < p.atoms.size(); ++i)
+      out << p.atoms[i] << '=' << p.sizes[i] << ',';
+    for (int a : p.axisAtoms)
+      out << a << ';';
+    for (const Split &s : p.splits) {
+      if (s.padMultiple)
+        return false;
+      out << '/' << int(s.axis) << (s.replicateWhenFewer ? "r" : "");
+      for (const std::string &a : s.atoms)
+        out << a << ',';
+    }
+    out << ')';
+    return true;
+  }
+
+  void addTensor(const TensorSpec &t) {
+    out << 'T' << (t.copy ? "c" : "") << t.offset << ':'
+        << (t.stored ? specName(*t.stored) : "") << ':' << param(t.param)
+        << '[';
+    // The element's own index, staged or spelled out, is left out.
+    for (const NameSegment &s : t.name) {
+      bool own = s.kind == NameSegment::LayerIndex
+                     ? s.layer == index
+                     : s.kind == NameSegment::Text &&
+                           s.text == std::to_string(index);
+      out << int(s.kind) << (own ? "#" : s.text + s.atom) << '|';
+    }
+    out << ']';
+    for (const auto &axis : t.axes) {
+      out << '(';
+      for (const Term &term : axis)
+        addTerm(term);
+      out << ')';
+    }
+    for (const TensorSpec::ViewAxis &v : t.view) {
+      out << 'v' << v.factor << (v.claim ? "c" : "");
+      for (const std::string &a : v.atoms)
+        out << a << ',';
+    }
+    if (t.splitAxis)
+      out << 's' << *t.splitAxis << int(t.splitBy);
+  }
+
+  std::string str() const { return out.str(); }
+
+private:
+  int64_t param(int p) const {
+    auto it = ordinal.find(p);
+    return it == ordinal.end() ? -1 : int64_t(it->second);
+  }
+
+  void addTerm(const Term &t) {
+    out << '<' << int(t.kind) << t.atom;
+    for (const Term &c : t.children)
+      addTerm(c);
+    for (const Term::Part &p : t.parts) {
+      out << '{' << param(p.param);
+      for (const Term &c : p.shape)
+        addTerm(c);
+      out << '}';
+    }
+    out << '>';
+  }
+
+  const ModelLayout &m;
+  int64_t index;
+  std::map<int, size_t> ordinal;
+  std::ostringstream out;
+};
+
+} // namespace
+
+CheckScope mdl::rt::representativeLayers(const ModelLayout &m) {
+  CheckScope scope;
+  scope.skipTensor.assign(m.tensors.size(), false);
+  scope.skipParam.assign(m.params.size(), false);
+  size_t numUnits = m.unitIndex.size();
+  std::vector<std::vector<int>> unitParams(numUnits), unitTensors(numUnits);
+  // A unit is compared only when all it holds is placed alike and no
+  // tensor reaches across it.
+  std::vector<bool> comparable(numUnits, true);
+  auto samePlacement = [](const Placement &a, const Placement &b) {
+    return a.kind == b.kind && a.layer == b.layer;
+  };
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    int u = m.params[i].unit;
+    if (u < 0)
+      continue;
+    if (!unitParams[u].empty() &&
+        !samePlacement(m.params[unitParams[u].front()].placement,
+                       m.params[i].placement))
+      comparable[u] = false;
+    unitParams[u].push_back(int(i));
+  }
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const TensorSpec &t = m.tensors[i];
+    std::set<int> reached;
+    for (int p : tensorParams(t))
+      reached.insert(m.params[p].unit);
+    bool own = t.unit >= 0 && reached.size() == 1 &&
+               *reached.begin() == t.unit && !t.when &&
+               (!t.on || samePlacement(*t.on, m.params[unitParams[t.unit]
+                                                           .front()]
+                                                  .placement));
+    if (own) {
+      unitTensors[t.unit].push_back(int(i));
+      continue;
+    }
+    for (int u : reached)
+      if (u >= 0)
+        comparable[u] = false;
+    if (t.unit >= 0)
+      comparable[t.unit] = false;
+  }
+  std::map<std::string, int> classes;
+  for (size_t u = 0; u < numUnits; ++u) {
+    if (!comparable[u] || unitParams[u].empty())
+      continue;
+    int64_t index = m.unitIndex[u];
+    LayerSignature sig(m, unitParams[u], index);
+    bool ok = true;
+    for (int p : unitParams[u])
+      ok = ok && sig.addParam(p);
+    if (!ok)
+      continue;
+    for (int t : unitTensors[u])
+      sig.addTensor(m.tensors[t]);
+    if (classes.emplace(sig.str(), int(u)).second)
+      continue;
+    for (int p : unitParams[u])
+      scope.skipParam[p] = true;
+    for (int t : unitTensors[u])
+      scope.skipTensor[t] = true;
+  }
+  return scope;
+}
+
+std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
+                                          const CheckScope *scope) {
   std::vector<Problem> problems;
   if (!planner.valid())
     return problems;
@@ -754,7 +918,8 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner) {
   }
   std::vector<bool> seenSpec(m.tensors.size(), false);
   for (const RankContext &ctx : ranks) {
-    std::vector<LocalTensor> tensors = planner.tensors(ctx, &problems);
+    std::vector<LocalTensor> tensors =
+        planner.tensors(ctx, &problems, scope ? &scope->skipTensor : nullptr);
     // The boxes each parameter's tensors hold on this rank.
     std::map<int, std::vector<std::pair<const Piece *, int>>> held;
     std::vector<bool> anyCopy(m.params.size(), false);
@@ -774,6 +939,8 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner) {
       }
     }
     for (size_t i = 0; i < m.params.size(); ++i) {
+      if (scope && scope->skipParam[i])
+        continue;
       const Param &p = m.params[i];
       bool placed = planner.placedOn(p.placement, ctx);
       auto &boxes = held[int(i)];

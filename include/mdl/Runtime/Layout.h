@@ -59,6 +59,9 @@ struct Param {
   std::vector<int> axisAtoms;
   std::vector<Split> splits;
   Placement placement;
+  /// The innermost stack element the parameter belongs to (an index into
+  /// ModelLayout::unitIndex), or -1.
+  int unit = -1;
   /// For diagnostics: where the parameter was declared.
   int source = -1;
 
@@ -127,6 +130,8 @@ struct TensorSpec {
   std::optional<Placement> on;
   /// Whether the tensor exists on a rank; null: always.
   std::function<bool(const RankContext &)> when;
+  /// The innermost stack element the tensor's layout belongs to, or -1.
+  int unit = -1;
   int source = -1;
 };
 
@@ -137,6 +142,9 @@ struct ModelLayout {
   std::vector<TensorSpec> tensors;
   /// Number of layers in the staged stack (0: no pipeline placement).
   int64_t stagedLayers = 0;
+  /// Per stack element that parameters or tensors belong to: its index in
+  /// its stack.
+  std::vector<int64_t> unitIndex;
   bool hasPipeline = false;
   /// The mesh axes the backend supports.
   std::vector<MeshAxis> mesh;

@@ -105,8 +105,10 @@ public:
   /// The tensors of one rank. Problems of the layout found on the way
   /// (dimensions missing from a tensor, parts that disagree) are appended
   /// to `problems` when given.
+  /// Specs marked in `skip` are left out.
   std::vector<LocalTensor> tensors(const RankContext &ctx,
-                                   std::vector<Problem> *problems) const;
+                                   std::vector<Problem> *problems,
+                                   const std::vector<bool> *skip = nullptr) const;
   /// One tensor of a rank; false when it does not exist there.
   bool tensor(int spec, const RankContext &ctx, LocalTensor &out,
               std::vector<Problem> *problems) const;
@@ -122,13 +124,25 @@ private:
   std::vector<int64_t> stageLayers;
 };
 
+/// What a check may leave out: the tensors and parameters of a layer that
+/// repeats an earlier one apart from its index (same parameters, shapes,
+/// splits and tensors, none shared with other layers). Planning does not
+/// depend on a layer's stage beyond its name, so one layer of each class
+/// stands for all. Computed once per ModelLayout; independent of the
+/// parallel configuration.
+struct CheckScope {
+  std::vector<bool> skipTensor, skipParam;
+};
+CheckScope representativeLayers(const ModelLayout &m);
+
 /// The checks of a layout for one parallel configuration: that every
 /// parameter is held exactly once on each rank that should hold it, that
 /// tensors are made of whole, consistent pieces, that views do not reorder
 /// named dimensions and that even splits do not cut across fused parts.
 /// Runs on representative ranks (the first and last of each mesh axis, and
 /// every pipeline stage), which suffices because splits are even chunkings.
-std::vector<Problem> checkLayout(const Planner &planner);
+std::vector<Problem> checkLayout(const Planner &planner,
+                                 const CheckScope *scope = nullptr);
 
 /// Enumerates the parallel configurations of a grid. `axes` maps an axis
 /// name (tp, pp, ep, etp, cp, dp, vpp) to its values.
