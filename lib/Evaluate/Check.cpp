@@ -20,6 +20,9 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
       {"placement", "mdl-check-coverage",
        "tensors live on the pipeline stage of the parameters they hold: "
        "MTP layers mapped only for layer 0, layers on the wrong stage"},
+      {"duplicate-name", "mdl-check-coverage",
+       "no two tensors of a rank share a name, one overwriting the other: "
+       "MTP layers mapped only for layer 0"},
       {"shape", "mdl-check-shapes",
        "views hold as many elements as their axes; fused parts share a "
        "dtype; checkpoints match the spec's shapes"},
@@ -246,10 +249,12 @@ void CheckSession::checkModel(
       return source >= 0 ? bm->sources[size_t(source)] : model.getOperation();
     };
     auto finding = [&](std::string check, std::string message, int source,
-                       const std::string &cfg) {
-      add({std::move(check), std::move(message), at(source), modelName, b,
-           configPath, "", 0},
-          cfg);
+                       const std::string &cfg, int related = -1) {
+      Finding f{std::move(check), std::move(message), at(source), modelName,
+                b, configPath, "", 0};
+      if (related >= 0)
+        f.related = at(related);
+      add(std::move(f), cfg);
     };
 
     // What does not depend on the parallel configuration.
@@ -341,7 +346,7 @@ void CheckSession::checkModel(
         sum.tensors = planner.tensors(first, nullptr).size();
       }
       for (const rt::Problem &p : rt::checkLayout(planner, &scope))
-        finding(p.check, p.message, p.source, cfg);
+        finding(p.check, p.message, p.source, cfg, p.related);
     }
     sums.push_back(std::move(sum));
     bound.push_back(std::move(bm));

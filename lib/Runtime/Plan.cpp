@@ -407,6 +407,23 @@ Placement Planner::placementOf(const TensorSpec &t) const {
   return params.empty() ? Placement() : m.params[params.front()].placement;
 }
 
+int64_t Planner::localLayerOf(const TensorSpec &t) const {
+  for (const NameSegment &s : t.name)
+    if (s.kind == NameSegment::LayerIndex)
+      return cfg.pp * cfg.vpp > 1 ? s.layer - firstLayerOf(stageOfLayer(s.layer))
+                                  : s.layer;
+  return 0;
+}
+
+std::optional<std::string> Planner::tensorName(int spec,
+                                               const RankContext &ctx) const {
+  const TensorSpec &t = m.tensors[spec];
+  if (!placedOn(placementOf(t), ctx) || (t.when && !t.when(ctx)) ||
+      tensorParams(t).empty())
+    return std::nullopt;
+  return renderName(t, localLayerOf(t));
+}
+
 bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
                      std::vector<Problem> *problems) const {
   const TensorSpec &t = m.tensors[spec];
@@ -425,13 +442,9 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
   if (params.empty())
     return false;
 
+  out.localLayer = localLayerOf(t);
   // The family atoms and the rank's range of each.
   for (const NameSegment &s : t.name) {
-    if (s.kind == NameSegment::LayerIndex) {
-      int64_t stage = stageOfLayer(s.layer);
-      out.localLayer = cfg.pp * cfg.vpp > 1 ? s.layer - firstLayerOf(stage)
-                                            : s.layer;
-    }
     if (s.kind == NameSegment::Family &&
         std::none_of(out.families.begin(), out.families.end(),
                      [&](const auto &f) { return f.first == s.atom; }))
@@ -673,13 +686,15 @@ void checkView(const ModelLayout &m, const LocalTensor &lt,
     bool ok = true;
     for (size_t i = v.atoms.size(); i-- > 0;) {
       int a = p.atomIndex(v.atoms[i]);
-      if (a < 0 || piece.stride[a] != expect) {
+      // A single entry sits anywhere: its stride says nothing.
+      if (a < 0 || (piece.stride[a] != expect && piece.count[a] != 1)) {
         ok = false;
         break;
       }
-      expect *= lt.axesShape.empty() ? 1 : piece.count[a];
+      expect *= piece.count[a];
     }
-    if (!ok)
+    // The first contradicted claim is the one to fix.
+    if (!ok) {
       problems.push_back(
           {"reinterpret",
            "view axis " + std::to_string(k) + " of tensor '" +
@@ -689,6 +704,8 @@ void checkView(const ModelLayout &m, const LocalTensor &lt,
                "dimensions; write the storage order in the axes, and sizes "
                "that claim nothing with size()",
            t.source});
+      return;
+    }
   }
 }
 
@@ -982,6 +999,23 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
                  std::to_string(got) + " of the " + std::to_string(expect) +
                  " elements a rank must hold",
              p.source});
+    }
+    // Two tensors of one rank under one name: one would overwrite the
+    // other (MTP layers all mapped to layer 0). Names do not depend on the
+    // tensor or expert rank, and every layer is named, represented or not.
+    if (ctx.tpRank == 0 && ctx.epRank == 0) {
+      std::map<std::string, int> names;
+      for (size_t i = 0; i < m.tensors.size(); ++i) {
+        std::optional<std::string> name = planner.tensorName(int(i), ctx);
+        if (!name)
+          continue;
+        auto [it, fresh] = names.emplace(*name, int(i));
+        if (!fresh)
+          problems.push_back(
+              {"duplicate-name",
+               "two tensors of one rank are named '" + *name + "'",
+               m.tensors[i].source, m.tensors[it->second].source});
+      }
     }
     // With tied embeddings the last stage still needs a head.
     if (ctx.lastStage())

@@ -67,6 +67,8 @@ struct CheckPassImpl : public Base {
           where += " and " + std::to_string(f.configs - 1) +
                    " more configuration" + (f.configs > 2 ? "s" : "");
       }
+      if (f.related)
+        diag.attachNote(f.related->getLoc()) << "the other one";
       diag.attachNote() << "in " << where << ", instantiated from "
                         << f.configFile;
     }
@@ -88,7 +90,7 @@ struct CheckPassImpl : public Base {
         : CheckPassImpl({__VA_ARGS__}, o) {}                                 \
   };
 
-MDL_CHECK_PASS(CheckCoverage, "coverage", "placement")
+MDL_CHECK_PASS(CheckCoverage, "coverage", "placement", "duplicate-name")
 MDL_CHECK_PASS(CheckShapes, "shape", "fused-parts")
 MDL_CHECK_PASS(CheckReinterpret, "reinterpret")
 MDL_CHECK_PASS(CheckFusedSplit, "fused-split")

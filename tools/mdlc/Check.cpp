@@ -66,7 +66,7 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
       continue;
     lines[key] += "; " + s.backend + ": " + std::to_string(s.tensors) +
                   " tensors, " + std::to_string(s.valid) + "/" +
-                  std::to_string(s.configs) + " configurations valid";
+                  std::to_string(s.configs) + (s.configs == 1 ? " configuration valid" : " configurations valid");
     configs += s.configs;
     valid += s.valid;
     backends.insert(s.backend);
@@ -84,7 +84,8 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
   llvm::outs() << "checked " << models.size() << " model"
                << (models.size() == 1 ? "" : "s") << " on " << backends.size()
                << " backend" << (backends.size() == 1 ? "" : "s") << ": "
-               << configs << " configurations (" << valid << " valid), "
+               << configs << " configuration" << (configs == 1 ? "" : "s")
+               << " (" << valid << " valid), "
                << errors << " error" << (errors == 1 ? "" : "s") << ", " << time
                << " s\n";
   return ok ? 0 : 1;

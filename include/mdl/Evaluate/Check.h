@@ -64,6 +64,8 @@ public:
     std::set<std::string> configsSeen;
     /// How many more places (other layers) have the same problem.
     int similar = 0;
+    /// Another place involved, shown as a note.
+    mlir::Operation *related = nullptr;
   };
   const std::vector<Finding> &findings() const { return found; }
 

@@ -16,6 +16,7 @@
 #include "mdl/Runtime/Layout.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,7 @@ struct Problem {
   std::string check; // a stable check ID, e.g. "coverage"
   std::string message;
   int source = -1;   // the spec or param source id it is about
+  int related = -1;  // another source involved, or -1
   bool operator<(const Problem &o) const {
     return std::tie(source, check, message) <
            std::tie(o.source, o.check, o.message);
@@ -109,6 +111,10 @@ public:
   std::vector<LocalTensor> tensors(const RankContext &ctx,
                                    std::vector<Problem> *problems,
                                    const std::vector<bool> *skip = nullptr) const;
+  /// The name of tensor `spec` on a rank (layer numbers local to the
+  /// stage, family indices symbolic), or nothing when the rank does not
+  /// hold it.
+  std::optional<std::string> tensorName(int spec, const RankContext &ctx) const;
   /// One tensor of a rank; false when it does not exist there.
   bool tensor(int spec, const RankContext &ctx, LocalTensor &out,
               std::vector<Problem> *problems) const;
@@ -116,6 +122,7 @@ public:
 private:
   void validate();
   Placement placementOf(const TensorSpec &t) const;
+  int64_t localLayerOf(const TensorSpec &t) const;
 
   const ModelLayout &m;
   ParallelConfig cfg;

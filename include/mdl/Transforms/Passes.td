@@ -53,8 +53,9 @@ def CheckCoverage : CheckPass<"mdl-check-coverage",
   let description = [{
     Checks, for every backend and parallel configuration of the grid, that
     each parameter is held by the tensors of each rank that should hold it
-    exactly once and whole (`coverage`), and only on the pipeline stage that
-    places it (`placement`).
+    exactly once and whole (`coverage`), only on the pipeline stage that
+    places it (`placement`), and that no two tensors of a rank share a name
+    (`duplicate-name`).
   }];
 }
 
