@@ -367,14 +367,20 @@ LogicalResult CheckSession::prepare(ModuleOp top) {
     ok = false;
     return failure();
   }
+  // The models the named files declare; files that declare none (a
+  // backend added to a library, say) stand for the models they import.
+  auto inFiles = [&](ModuleDeclOp model) {
+    auto loc = dyn_cast<FileLineColLoc>(model.getLoc());
+    return loc && llvm::is_contained(opts.files, loc.getFilename().str());
+  };
+  bool anyDeclared = llvm::any_of(top.getOps<ModuleDeclOp>(), [&](auto m) {
+    return m.getModel() && inFiles(m);
+  });
   for (auto model : top.getOps<ModuleDeclOp>()) {
     if (!model.getModel())
       continue;
-    if (!opts.files.empty()) {
-      auto loc = dyn_cast<FileLineColLoc>(model.getLoc());
-      if (!loc || !llvm::is_contained(opts.files, loc.getFilename().str()))
-        continue;
-    }
+    if (!opts.files.empty() && anyDeclared && !inFiles(model))
+      continue;
     std::vector<std::string> configPaths;
     if (!opts.hfConfig.empty())
       configPaths.push_back(opts.hfConfig);

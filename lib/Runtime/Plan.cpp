@@ -1032,8 +1032,8 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
         if (!holds)
           problems.push_back(
               {"tied-head",
-               "the last pipeline stage (" + cfg.str() +
-                   ") needs " + m.lastStageNeedsWhy + ", and holds no copy of " +
+               "the last pipeline stage needs " + m.lastStageNeedsWhy +
+                   ", and holds no copy of " +
                    m.params[fallback].path,
                m.params[fallback].source});
       }

@@ -30,14 +30,19 @@ namespace {
 /// The body every check pass shares: `ids` are the checks it reports.
 template <typename Base>
 struct CheckPassImpl : public Base {
+  /// With a session shared by a pipeline of checks, findings do not fail
+  /// the pass, so that every check reports; the caller reads the verdict
+  /// from the session.
   CheckPassImpl(std::vector<std::string> ids,
                 std::shared_ptr<CheckSession> session = nullptr)
-      : ids(std::move(ids)), session(std::move(session)) {}
+      : ids(std::move(ids)), session(std::move(session)),
+        findingsFail(!this->session) {}
   template <typename Options>
   CheckPassImpl(std::vector<std::string> ids, const Options &options)
       : Base(options), ids(std::move(ids)) {}
   CheckPassImpl(const CheckPassImpl &other)
-      : Base(other), ids(other.ids), session(other.session) {}
+      : Base(other), ids(other.ids), session(other.session),
+        findingsFail(other.findingsFail) {}
 
   void runOnOperation() override {
     ModuleOp top = this->getOperation();
@@ -54,7 +59,7 @@ struct CheckPassImpl : public Base {
     for (const CheckSession::Finding &f : session->findings()) {
       if (!llvm::is_contained(ids, f.check))
         continue;
-      failed = true;
+      failed |= findingsFail;
       auto diag = f.at->emitError() << f.message << " [" << f.check << "]";
       if (f.similar)
         diag << " (and " << f.similar << " more like it)";
@@ -79,6 +84,7 @@ struct CheckPassImpl : public Base {
 
   std::vector<std::string> ids;
   std::shared_ptr<CheckSession> session;
+  bool findingsFail = true;
 };
 
 #define MDL_CHECK_PASS(Name, ...)                                            \

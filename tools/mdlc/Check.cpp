@@ -73,9 +73,8 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
   }
   for (const auto &key : order)
     llvm::outs() << lines[key] << "\n";
-  size_t errors = 0;
-  for (const CheckSession::Finding &f : session->findings())
-    (void)f, ++errors;
+  size_t errors = session->findings().size();
+  ok &= errors == 0;
   double seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - start)
                        .count();

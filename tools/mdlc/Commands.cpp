@@ -222,15 +222,20 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
 }
 
 ModuleDeclOp mdl::theModel(mlir::ModuleOp top, const std::string &file) {
-  SmallVector<ModuleDeclOp> models;
-  for (auto m : top.getOps<ModuleDeclOp>())
-    if (m.getModel())
-      if (auto loc = llvm::dyn_cast<mlir::FileLineColLoc>(m.getLoc()))
-        if (loc.getFilename() == file)
-          models.push_back(m);
+  SmallVector<ModuleDeclOp> models, imported;
+  for (auto m : top.getOps<ModuleDeclOp>()) {
+    if (!m.getModel())
+      continue;
+    auto loc = llvm::dyn_cast<mlir::FileLineColLoc>(m.getLoc());
+    (loc && loc.getFilename() == file ? models : imported).push_back(m);
+  }
+  // A file that declares no model (a backend added to a library) stands for
+  // the model it imports.
+  if (models.empty())
+    models = imported;
   if (models.size() != 1) {
-    llvm::errs() << "mdlc: error: '" << file << "' declares " << models.size()
-                 << " models; this command needs one\n";
+    llvm::errs() << "mdlc: error: '" << file << "' declares "
+                 << models.size() << " models; this command needs one\n";
     return {};
   }
   return models.front();

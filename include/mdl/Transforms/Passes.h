@@ -21,7 +21,8 @@ namespace mdl {
 class CheckSession;
 
 /// Adds every check pass to `pm`, sharing one session so that each model is
-/// instantiated, bound and planned once.
+/// instantiated, bound and planned once. Every check reports; findings do
+/// not fail the pipeline, so the caller reads them from the session.
 void addCheckPasses(mlir::OpPassManager &pm,
                     std::shared_ptr<CheckSession> session);
 
