@@ -195,8 +195,10 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
           jt.set("copy", json::Value::boolean(true));
         json::Value fam = json::Value::object();
         for (const auto &f : lt.families)
-          fam.set(f.first, json::Value::array({json::Value::integer(f.second.lo),
-                                               json::Value::integer(f.second.count)}));
+          fam.set(f.first, json::Value::array(
+                               {json::Value::integer(f.second.lo),
+                                json::Value::integer(f.second.lo +
+                                                     f.second.count)}));
         if (!lt.families.empty())
           jt.set("families", std::move(fam));
         json::Value slices = json::Value::array();
@@ -206,9 +208,11 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
           js.set("param", json::Value::string(param.path));
           json::Value box = json::Value::object(), strides = json::Value::object();
           for (size_t a = 0; a < param.atoms.size(); ++a) {
+            // [begin, end), as the text form's `lo:hi`.
             box.set(param.atoms[a],
                     json::Value::array({json::Value::integer(p.lo[a]),
-                                        json::Value::integer(p.count[a])}));
+                                        json::Value::integer(p.lo[a] +
+                                                             p.count[a])}));
             strides.set(param.atoms[a], json::Value::integer(p.stride[a]));
           }
           js.set("box", std::move(box));
