@@ -18,7 +18,7 @@ topDecl
 // ---------------------------------------------------------------------------
 
 moduleDecl : 'module' name '(' (moduleParam (',' moduleParam)*)? ')' '{' member* '}' ;
-modelDecl  : 'model' name '{' member* '}' ;
+modelDecl  : 'model' name ('extends' name)? '{' member* '}' ;
 moduleParam : name ':' typeRef ('=' expr)? ;
 
 typeRef

@@ -18,12 +18,14 @@ config.substitutions.append(("%models", os.path.join(config.mdl_src_root, "model
 config.substitutions.append(("%configs", os.path.join(config.mdl_src_root, "models", "configs")))
 config.substitutions.append(("%mdl_src", config.mdl_src_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
+# Real model data (configs, weight inventories) copied into the tree.
+config.substitutions.append(("%inputs", os.path.join(config.mdl_src_root, "test", "Inputs")))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 
 tool_dirs = [config.mdl_tools_dir, config.llvm_tools_dir]
-tools = ["mdlc", "mdl-opt"]
+tools = ["mdlc", "mdl-opt", "mdl-safetensors"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.mdl_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

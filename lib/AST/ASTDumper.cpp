@@ -417,6 +417,8 @@ void Dumper::decl(const Decl *d) {
   line(d->getLoc());
   if (auto *m = dyn_cast<ModuleDecl>(d)) {
     os << (m->isModel ? "Model " : "Module ") << m->name.name;
+    if (m->base)
+      os << " extends " << m->base->name;
     end();
     Nest n(indent);
     for (const ModuleParam &p : m->params) {

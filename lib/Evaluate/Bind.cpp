@@ -574,6 +574,7 @@ LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
   else if (element)
     t.on = placementOf(element->stage);
   out.layout.tensors.push_back(std::move(t));
+  out.tensorNodes.push_back(element ? element : &node);
   return success();
 }
 

@@ -49,12 +49,24 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
       {"derived", "mdl-check-derived",
        "caches derived from weights say when they are recomputed: stale "
        "conv1d caches after an online weight update"},
+      {"checkpoint-missing", "mdl-check-checkpoint",
+       "a real checkpoint holds every tensor the spec expects (renamed ones "
+       "are named as such)"},
+      {"checkpoint-unexpected", "mdl-check-checkpoint",
+       "a real checkpoint holds nothing the spec does not describe"},
+      {"checkpoint-shape", "mdl-check-checkpoint",
+       "a real checkpoint's shapes are the spec's"},
+      {"checkpoint-dtype", "mdl-check-checkpoint",
+       "a real checkpoint's dtypes are the spec's"},
+      {"checkpoint-config", "mdl-check-checkpoint",
+       "config and checkpoint agree: MTP layers the config promises exist"},
   };
   return checks;
 }
 
 std::string CheckOptions::key() const {
-  std::string k = hfConfig + "|" + grid;
+  std::string k = hfConfig + "|" + grid + "|" + checkpoint.path + "|" +
+                  checkpointBackend;
   for (const auto *list : {&sets, &backends, &choices, &files})
     for (const std::string &s : *list)
       k += "|" + s;
@@ -207,6 +219,9 @@ void CheckSession::checkModel(
     insts.push_back(std::move(orig));
   }
 
+  if (opts.checkpoint.kind != CheckpointSource::None)
+    checkCheckpoint(model, *inst, configPath);
+
   std::vector<std::string> backends = opts.backends;
   if (backends.empty()) {
     ModuleOp top = getTopModule(model);
@@ -353,6 +368,96 @@ void CheckSession::checkModel(
   }
   configs.push_back(std::move(config));
   insts.push_back(std::move(inst));
+}
+
+void CheckSession::checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
+                                   const std::string &configPath) {
+  if (!checkpoint) {
+    llvm::Expected<CheckpointContents> read =
+        readCheckpointContents(opts.checkpoint);
+    if (!read) {
+      model.emitError() << llvm::toString(read.takeError());
+      ok = false;
+      return;
+    }
+    checkpoint = std::move(*read);
+  }
+  std::unique_ptr<Backend> backend =
+      Backend::lookup(model, opts.checkpointBackend);
+  if (!backend) {
+    ok = false;
+    return;
+  }
+  // Storage variants the options leave open are read from the checkpoint:
+  // the combination under which it holds the most expected tensors.
+  std::map<std::string, std::string> fixed;
+  for (const std::string &c : opts.choices)
+    fixed[c.substr(0, c.find('='))] = c.substr(c.find('=') + 1);
+  std::vector<std::map<std::string, std::string>> combos = {{}};
+  std::vector<std::string> detected;
+  for (const auto &[name, options] : backend->choices()) {
+    std::vector<std::map<std::string, std::string>> next;
+    for (const auto &combo : combos)
+      for (const std::string &o : options) {
+        if (fixed.count(name) && fixed[name] != o)
+          continue;
+        next.push_back(combo);
+        next.back()[name] = o;
+      }
+    combos = std::move(next);
+    if (!fixed.count(name))
+      detected.push_back(name);
+  }
+  std::unique_ptr<BoundModel> best;
+  size_t bestPresent = 0;
+  std::vector<size_t> present;
+  for (const auto &combo : combos) {
+    std::unique_ptr<BoundModel> bm = bindModel(inst, *backend, combo);
+    if (!bm) {
+      ok = false;
+      return;
+    }
+    present.push_back(countPresent(*bm, *checkpoint));
+    if (!best || present.back() > bestPresent)
+      best = std::move(bm), bestPresent = present.back();
+  }
+  // A choice is detected when changing it alone changes what matches.
+  auto decisive = [&](const std::string &name) {
+    for (size_t a = 0; a < combos.size(); ++a)
+      for (size_t b = 0; b < combos.size(); ++b) {
+        bool onlyIt = true;
+        for (const auto &[k, v] : combos[a])
+          onlyIt &= (k == name) != (combos[b].at(k) == v);
+        if (onlyIt && present[a] != present[b])
+          return true;
+      }
+    return false;
+  };
+  std::string modelName = model.getSymName().str();
+  for (CheckpointFinding &f :
+       compareCheckpoint(*best, *checkpoint, model, configPath))
+    add({std::move(f.check), std::move(f.message), f.at, modelName,
+         opts.checkpointBackend, configPath, "", 0},
+        "");
+
+  Summary sum;
+  sum.model = modelName;
+  sum.configFile = configPath;
+  for (const ConcreteParam *p : inst.allParams()) {
+    ++sum.params;
+    sum.elements += p->numElements();
+  }
+  size_t expected = rt::listTensors(best->layout, {}).size();
+  sum.note = "checkpoint " + opts.checkpoint.path + ": " +
+             std::to_string(checkpoint->size()) + " tensors, " +
+             std::to_string(bestPresent) + " of the " +
+             std::to_string(expected) + " " + opts.checkpointBackend +
+             " expects";
+  for (const std::string &name : detected)
+    if (decisive(name))
+      sum.note += ", " + name + "=" + best->layout.choices[name] + " (detected)";
+  sums.push_back(std::move(sum));
+  bound.push_back(std::move(best));
 }
 
 LogicalResult CheckSession::prepare(ModuleOp top) {

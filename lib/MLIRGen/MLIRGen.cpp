@@ -55,6 +55,8 @@ private:
 
   // Declarations ----------------------------------------------------------
   void module(const ModuleDecl *m);
+  void extendModels(mlir::ModuleOp top);
+  mlir::ArrayAttr examplesOf(const ModuleDecl *m);
   void member(const ModuleDecl *m, const Member *mem);
   mlir::ArrayAttr shape(const Shape &s);
   ParallelStyleAttr style(const ParallelStyle &s);
@@ -476,15 +478,55 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
   (void)m;
 }
 
-void Generator::module(const ModuleDecl *m) {
+/// A model that extends another is a copy of it, and of its layouts, under
+/// its own name and with its own examples. Bases come first (Sema has ruled
+/// out cycles and unknown bases).
+void Generator::extendModels(mlir::ModuleOp top) {
+  std::vector<const ModuleDecl *> pending;
+  for (const auto &file : program.files)
+    for (const DeclPtr &d : file->decls)
+      if (auto *m = dyn_cast<ModuleDecl>(d.get()); m && m->base)
+        pending.push_back(m);
+  while (!pending.empty()) {
+    size_t before = pending.size();
+    llvm::erase_if(pending, [&](const ModuleDecl *m) {
+      auto base = mlir::SymbolTable::lookupNearestSymbolFrom<ModuleDeclOp>(
+          top, builder.getStringAttr(m->base->name));
+      if (!base || llvm::any_of(pending, [&](const ModuleDecl *p) {
+            return p != m && p->name.name == m->base->name;
+          }))
+        return false;
+      builder.setInsertionPointAfter(base);
+      auto copy = cast<ModuleDeclOp>(builder.clone(*base));
+      copy.setSymName(m->name.name);
+      copy->setLoc(loc(m->name.loc()));
+      copy.setExamplesAttr(examplesOf(m));
+      for (auto l : llvm::make_early_inc_range(top.getOps<LayoutOp>()))
+        if (l.getModule() == m->base->name) {
+          builder.setInsertionPointAfter(l);
+          cast<LayoutOp>(builder.clone(*l)).setModule(m->name.name);
+        }
+      return true;
+    });
+    if (pending.size() == before)
+      break;
+  }
+}
+
+mlir::ArrayAttr Generator::examplesOf(const ModuleDecl *m) {
   llvm::SmallVector<mlir::Attribute> examples;
   for (const MemberPtr &mem : m->members)
     if (auto *ex = dyn_cast<ExampleMember>(mem.get()))
       for (auto &p : ex->paths)
         examples.push_back(builder.getStringAttr(p.first));
-  auto op = builder.create<ModuleDeclOp>(
-      loc(m->name.loc()), m->name.name, m->isModel,
-      examples.empty() ? mlir::ArrayAttr() : builder.getArrayAttr(examples));
+  return examples.empty() ? mlir::ArrayAttr() : builder.getArrayAttr(examples);
+}
+
+void Generator::module(const ModuleDecl *m) {
+  if (m->base)
+    return; // made by extendModels
+  auto op = builder.create<ModuleDeclOp>(loc(m->name.loc()), m->name.name,
+                                         m->isModel, examplesOf(m));
   mlir::OpBuilder::InsertionGuard guard(builder);
   builder.createBlock(&op.getBody());
   for (const ModuleParam &p : m->params) {
@@ -753,6 +795,7 @@ mlir::OwningOpRef<mlir::ModuleOp> Generator::run() {
     for (const DeclPtr &d : file->decls)
       if (auto *l = dyn_cast<LayoutDecl>(d.get()))
         layout(l);
+  extendModels(*top);
   if (mlir::failed(mlir::verify(*top)))
     return nullptr;
   return top;

@@ -474,7 +474,9 @@ std::unique_ptr<ModuleDecl> ASTBuilder::module(P::ModuleDeclContext *c) {
 }
 
 std::unique_ptr<ModuleDecl> ASTBuilder::model(P::ModelDeclContext *c) {
-  auto decl = std::make_unique<ModuleDecl>(ident(c->name()), true, range(c));
+  auto decl = std::make_unique<ModuleDecl>(ident(c->name(0)), true, range(c));
+  if (c->name().size() > 1)
+    decl->base = ident(c->name(1));
   members(c->member(), decl->members);
   return decl;
 }

@@ -49,7 +49,11 @@ std::optional<DType> mdl::parseDType(std::string_view name) {
       return i.type;
   if (name == "half")
     return DType::F16;
-  if (name == "float")
+  if (name == "float" || name == "fp32")
     return DType::F32;
+  if (name == "fp16")
+    return DType::F16;
+  if (name == "fp64" || name == "double")
+    return DType::F64;
   return std::nullopt;
 }

@@ -202,8 +202,14 @@ private:
   void collectDecls();
   void buildScope(const ModuleDecl *m);
   void checkModule(const ModuleDecl *m);
+  void checkExtends(const ModuleDecl *m);
   void checkMember(const ModuleDecl *m, const Member *mem);
   void checkShape(const ModuleScope &scope, const Shape &shape);
+  /// A dimension (or a factor of one) appearing twice in a weight would
+  /// make its axes ambiguous to every layout.
+  void checkDistinctDims(const ModuleScope &scope, const Ident &name,
+                         std::initializer_list<const Shape *> shapes,
+                         const std::optional<Ident> &expertDim);
   void checkDimName(const ModuleScope &scope, const Ident &dim);
   void checkInstance(const ModuleScope &scope, const InstanceExpr &ie,
                      ExprEnv &env);
@@ -771,6 +777,29 @@ void Analyzer::checkShape(const ModuleScope &scope, const Shape &shape) {
       checkDimName(scope, d);
 }
 
+void Analyzer::checkDistinctDims(const ModuleScope &scope, const Ident &name,
+                                 std::initializer_list<const Shape *> shapes,
+                                 const std::optional<Ident> &expertDim) {
+  llvm::StringMap<const Ident *> seen;
+  auto add = [&](const Ident &d) {
+    for (const std::string &atom : dimAtoms(scope, d.name)) {
+      auto [it, fresh] = seen.try_emplace(atom, &d);
+      if (!fresh) {
+        error(d.loc()) << "dimension '" << atom << "' appears twice in '"
+                       << name.name << "'; declare a second one, as in `dim "
+                       << atom << "o = " << atom << ";`";
+        return;
+      }
+    }
+  };
+  if (expertDim)
+    add(*expertDim);
+  for (const Shape *shape : shapes)
+    for (const ShapeAxis &axis : *shape)
+      for (const Ident &d : axis)
+        add(d);
+}
+
 void Analyzer::checkCall(const ModuleCall &call, ExprEnv &env) {
   auto it = program.modules.find(call.callee.name);
   if (it == program.modules.end()) {
@@ -944,6 +973,7 @@ void Analyzer::checkMember(const ModuleDecl *m, const Member *mem) {
   case Member::Param: {
     auto *p = cast<ParamMember>(mem);
     checkShape(scope, p->shape);
+    checkDistinctDims(scope, p->name, {&p->shape}, p->expertDim);
     if (p->expertDim)
       checkDimName(scope, *p->expertDim);
     if (p->dtype && !parseDType(p->dtype->name))
@@ -974,6 +1004,7 @@ void Analyzer::checkMember(const ModuleDecl *m, const Member *mem) {
     auto *l = cast<LinearMember>(mem);
     checkShape(scope, l->in);
     checkShape(scope, l->out);
+    checkDistinctDims(scope, l->name, {&l->out, &l->in}, l->expertDim);
     if (l->expertDim)
       checkDimName(scope, *l->expertDim);
     if (l->dtype && !parseDType(l->dtype->name))
@@ -1174,6 +1205,33 @@ void Analyzer::checkValueCycles(const ModuleScope &scope) {
   for (auto &[name, sym] : scope.symbols)
     if (state[&sym] == 0)
       visit(&sym);
+}
+
+void Analyzer::checkExtends(const ModuleDecl *m) {
+  for (const MemberPtr &mem : m->members)
+    if (!isa<ExampleMember>(mem.get()))
+      error(mem->getLoc()) << "a model that extends another only adds example "
+                              "configs; its members are those of '"
+                           << m->base->name << "'";
+  llvm::SmallPtrSet<const ModuleDecl *, 4> seen = {m};
+  for (const ModuleDecl *cur = m; cur->base;) {
+    auto it = program.modules.find(cur->base->name);
+    if (it == program.modules.end() || !it->second->isModel) {
+      error(cur->base->loc())
+          << (it == program.modules.end() ? "unknown model '"
+                                          : "only a model can be extended; '")
+          << cur->base->name
+          << (it == program.modules.end() ? "'" : "' is a module");
+      return;
+    }
+    cur = it->second;
+    if (!seen.insert(cur).second) {
+      error(m->base->loc()) << "model '" << m->name.name
+                            << "' extends itself through '"
+                            << m->base->name << "'";
+      return;
+    }
+  }
 }
 
 void Analyzer::checkModule(const ModuleDecl *m) {
@@ -1398,6 +1456,12 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
     error(l->module.loc()) << "unknown module '" << l->module.name << "'";
     return;
   }
+  if (mit->second->base) {
+    error(l->module.loc()) << "'" << l->module.name << "' extends '"
+                           << mit->second->base->name
+                           << "' and has its layouts";
+    return;
+  }
   const ModuleScope &scope = program.scope(mit->second);
   ExprEnv env;
   env.scope = &scope;
@@ -1614,6 +1678,9 @@ mlir::LogicalResult Analyzer::run() {
     }
   for (const ModuleDecl *m : modules)
     buildScope(m);
+  for (const ModuleDecl *m : modules)
+    if (m->base)
+      checkExtends(m);
   for (const ModuleDecl *m : modules)
     checkModule(m);
   // Bases first, so that derived backends see their types.

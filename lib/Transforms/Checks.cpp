@@ -19,6 +19,7 @@ namespace mdl {
 #define GEN_PASS_DEF_CHECKTIEDVOCAB
 #define GEN_PASS_DEF_CHECKCAPABILITIES
 #define GEN_PASS_DEF_CHECKDERIVED
+#define GEN_PASS_DEF_CHECKCHECKPOINT
 #include "mdl/Transforms/Passes.h.inc"
 } // namespace mdl
 
@@ -53,6 +54,12 @@ struct CheckPassImpl : public Base {
       o.backends.assign(this->backendNames.begin(), this->backendNames.end());
       o.grid = this->grid;
       o.choices.assign(this->choices.begin(), this->choices.end());
+      if (!this->hfDir.empty())
+        o.checkpoint = {CheckpointSource::Dir, this->hfDir};
+      else if (!this->hfIndex.empty())
+        o.checkpoint = {CheckpointSource::Index, this->hfIndex};
+      else if (!this->hfInventory.empty())
+        o.checkpoint = {CheckpointSource::Inventory, this->hfInventory};
       session = std::make_shared<CheckSession>(o);
     }
     bool failed = mlir::failed(session->prepare(top));
@@ -105,6 +112,8 @@ MDL_CHECK_PASS(CheckStackDepth, "stack-depth")
 MDL_CHECK_PASS(CheckTiedVocab, "tied-head", "vocab-padding")
 MDL_CHECK_PASS(CheckCapabilities, "capability")
 MDL_CHECK_PASS(CheckDerived, "derived")
+MDL_CHECK_PASS(CheckCheckpoint, "checkpoint-missing", "checkpoint-unexpected",
+               "checkpoint-shape", "checkpoint-dtype", "checkpoint-config")
 
 } // namespace
 
@@ -119,4 +128,5 @@ void mdl::addCheckPasses(OpPassManager &pm,
   pm.addPass(std::make_unique<CheckTiedVocabPass>(session));
   pm.addPass(std::make_unique<CheckCapabilitiesPass>(session));
   pm.addPass(std::make_unique<CheckDerivedPass>(session));
+  pm.addPass(std::make_unique<CheckCheckpointPass>(session));
 }

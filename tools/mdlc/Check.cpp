@@ -40,6 +40,12 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
   for (const auto &[k, v] : options.choices)
     co.choices.push_back(k + "=" + v);
   co.files = options.files;
+  if (!options.hfDir.empty())
+    co.checkpoint = {CheckpointSource::Dir, options.hfDir};
+  else if (!options.hfIndex.empty())
+    co.checkpoint = {CheckpointSource::Index, options.hfIndex};
+  else if (!options.hfInventory.empty())
+    co.checkpoint = {CheckpointSource::Inventory, options.hfInventory};
   auto session = std::make_shared<CheckSession>(co);
 
   mlir::PassManager pm(&context);
@@ -62,6 +68,8 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
                              humanCount(s.elements) + " elements";
     }
     models.insert(s.model);
+    if (!s.note.empty())
+      lines[key] += "; " + s.note;
     if (s.backend.empty())
       continue;
     lines[key] += "; " + s.backend + ": " + std::to_string(s.tensors) +

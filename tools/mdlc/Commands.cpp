@@ -216,6 +216,12 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
     return usageError("no input file");
   if (options.command != "check" && options.files.size() != 1)
     return usageError(options.command + " takes one file");
+  int sources = !options.hfDir.empty() + !options.hfIndex.empty() +
+                !options.hfInventory.empty();
+  if (sources > 1)
+    return usageError("give one of --hf-dir, --hf-index, --hf-inventory");
+  if (sources && options.command != "check")
+    return usageError("--hf-dir, --hf-index and --hf-inventory are for check");
   if (options.command == "plan" && options.backends.size() != 1)
     return usageError("plan needs one --backend");
   return std::nullopt;

@@ -554,11 +554,14 @@ struct ModuleParam {
   SMRange range;
 };
 
-/// A module, or a model (a root module with a config).
+/// A module, or a model (a root module with a config). A model may extend
+/// another: `model b extends a { example "..."; }` is `a` under another name
+/// with its own example configs, sharing a's members and layouts.
 struct ModuleDecl : Decl {
   ModuleDecl(Ident name, bool isModel, SMRange r)
       : Decl(Module, std::move(name), r), isModel(isModel) {}
   bool isModel;
+  std::optional<Ident> base;
   std::vector<ModuleParam> params;
   std::vector<MemberPtr> members;
   static bool classof(const Decl *d) { return d->getKind() == Module; }

@@ -53,6 +53,9 @@ struct BoundModel {
   std::vector<mlir::Operation *> sources;
   /// Parallel to layout.params.
   std::vector<const ConcreteParam *> params;
+  /// Parallel to layout.tensors: the instance whose layout declares each
+  /// (the stack element, for an entry repeated over a stack).
+  std::vector<InstanceNode *> tensorNodes;
   /// The storage variants bound, read by the conditions evaluated later.
   std::shared_ptr<llvm::StringMap<std::string>> choices;
 };

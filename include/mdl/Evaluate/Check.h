@@ -12,6 +12,7 @@
 #define MDL_EVALUATE_CHECK_H
 
 #include "mdl/Evaluate/Bind.h"
+#include "mdl/Evaluate/Checkpoint.h"
 #include "mdl/Runtime/Plan.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -36,6 +37,10 @@ struct CheckOptions {
   std::vector<std::string> choices;
   /// Only files whose models to check; empty: every model.
   std::vector<std::string> files;
+  /// A checkpoint to compare each model with, and the backend whose tensors
+  /// it holds.
+  CheckpointSource checkpoint;
+  std::string checkpointBackend = "hf";
 
   std::string key() const;
 };
@@ -77,6 +82,8 @@ public:
     /// Some configurations that are invalid, with their reasons.
     std::vector<std::pair<std::string, std::vector<std::string>>> invalid;
     size_t tensors = 0; // of the first valid configuration, one rank
+    /// Said instead of the backend's counts (a checkpoint's comparison).
+    std::string note;
   };
   const std::vector<Summary> &summaries() const { return sums; }
   size_t triples() const { return checkedTriples; }
@@ -87,6 +94,8 @@ private:
   void checkModel(ModuleDeclOp model, const std::string &configPath,
                   const std::map<std::string, std::vector<int64_t>> &grid);
   void add(Finding f, const std::string &config);
+  void checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
+                       const std::string &configPath);
 
   CheckOptions opts;
   bool prepared = false;
@@ -100,6 +109,7 @@ private:
   std::vector<std::unique_ptr<HFConfig>> configs;
   std::vector<std::unique_ptr<Instantiation>> insts;
   std::vector<std::unique_ptr<BoundModel>> bound;
+  std::optional<CheckpointContents> checkpoint;
 };
 
 /// The check IDs and what each guards, for `--help` and docs.

@@ -44,6 +44,12 @@ class CheckPass<string passName, string summaryText>
            "tp=1,2,4,8 pp=1,2,4 ep=1,2,4,8 etp=1,2)">,
     ListOption<"choices", "choice", "std::string",
                "name=value storage variants of the backends">,
+    Option<"hfDir", "hf-dir", "std::string", /*default=*/"",
+           "A checkpoint directory to compare with (headers only)">,
+    Option<"hfIndex", "hf-index", "std::string", /*default=*/"",
+           "A model.safetensors.index.json to compare with (names only)">,
+    Option<"hfInventory", "hf-inventory", "std::string", /*default=*/"",
+           "A name<TAB>shape<TAB>dtype list to compare with">,
   ];
   let dependentDialects = ["::mdl::MDLDialect"];
 }
@@ -126,6 +132,19 @@ def CheckDerived : CheckPass<"mdl-check-derived",
   let description = [{
     Reports a derived tensor (a cache computed from weights) without a rule
     for recomputing it after a weight update (`derived`).
+  }];
+}
+
+def CheckCheckpoint : CheckPass<"mdl-check-checkpoint",
+    "A real checkpoint holds exactly the tensors the spec describes"> {
+  let description = [{
+    With a checkpoint (`hf-dir`, `hf-index` or `hf-inventory`), compares the
+    tensors of the HF backend for the config with what it holds: tensors
+    missing (`checkpoint-missing`, renamed ones included), unexpected
+    (`checkpoint-unexpected`), of another shape (`checkpoint-shape`) or
+    dtype (`checkpoint-dtype`), and parts of the model the config promises
+    that the checkpoint lacks altogether (`checkpoint-config`). Storage
+    variants left open are detected from the checkpoint.
   }];
 }
 

@@ -1,0 +1,349 @@
+//===- Checkpoint.cpp - Comparing a spec with a real checkpoint -----------===//
+
+#include "mdl/Evaluate/Checkpoint.h"
+
+#include "mdl/Runtime/Safetensors.h"
+
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <set>
+
+using namespace mlir;
+using namespace mdl;
+
+//===----------------------------------------------------------------------===//
+// Reading
+//===----------------------------------------------------------------------===//
+
+static llvm::Error fail(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+static std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// Parses `[d0,d1,...]`.
+static std::optional<std::vector<int64_t>> parseShape(StringRef text) {
+  text = text.trim();
+  if (!text.consume_front("[") || !text.consume_back("]"))
+    return std::nullopt;
+  std::vector<int64_t> shape;
+  if (text.trim().empty())
+    return shape;
+  SmallVector<StringRef> dims;
+  text.split(dims, ',');
+  for (StringRef d : dims) {
+    int64_t v;
+    if (d.trim().getAsInteger(10, v) || v < 0)
+      return std::nullopt;
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+static llvm::Expected<CheckpointContents> readInventory(StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return fail(path + ": " + buffer.getError().message());
+  CheckpointContents out;
+  SmallVector<StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n');
+  for (size_t n = 0; n < lines.size(); ++n) {
+    StringRef line = lines[n].rtrim("\r");
+    if (line.trim().empty() || line.starts_with("#"))
+      continue;
+    auto where = [&] { return path + ":" + llvm::Twine(n + 1) + ": "; };
+    SmallVector<StringRef> fields;
+    line.split(fields, '\t');
+    if (fields.size() < 3)
+      return fail(where() +
+                  "expected name<TAB>[d0,d1,...]<TAB>DTYPE, as mdlc params "
+                  "prints");
+    CheckpointEntry e;
+    e.shape = parseShape(fields[1]);
+    if (!e.shape)
+      return fail(where() + "bad shape '" + fields[1] + "'");
+    e.dtype = parseDType(fields[2].trim().str());
+    if (!e.dtype)
+      return fail(where() + "unknown dtype '" + fields[2] + "'");
+    if (!out.emplace(fields[0].trim().str(), e).second)
+      return fail(where() + "tensor '" + fields[0] + "' is listed twice");
+  }
+  return out;
+}
+
+llvm::Expected<CheckpointContents>
+mdl::readCheckpointContents(const CheckpointSource &source) {
+  std::string error;
+  switch (source.kind) {
+  case CheckpointSource::None:
+    return CheckpointContents();
+  case CheckpointSource::Inventory:
+    return readInventory(source.path);
+  case CheckpointSource::Index: {
+    std::optional<rt::CheckpointIndex> index =
+        rt::readCheckpointIndex(source.path, error);
+    if (!index)
+      return fail(error);
+    CheckpointContents out;
+    for (const auto &entry : index->weightMap)
+      out[entry.first] = CheckpointEntry();
+    return out;
+  }
+  case CheckpointSource::Dir: {
+    std::unique_ptr<rt::Checkpoint> ckpt =
+        rt::Checkpoint::open(source.path, error, /*headersOnly=*/true);
+    if (!ckpt)
+      return fail(error);
+    CheckpointContents out;
+    for (const auto &[name, ref] : ckpt->tensors())
+      out[name] = {ref.info->shape, ref.info->dtype};
+    return out;
+  }
+  }
+  return fail("unknown checkpoint source");
+}
+
+//===----------------------------------------------------------------------===//
+// Comparing
+//===----------------------------------------------------------------------===//
+
+size_t mdl::countPresent(const BoundModel &bound,
+                         const CheckpointContents &ckpt) {
+  size_t n = 0;
+  for (const rt::TensorListing &t : rt::listTensors(bound.layout, {}))
+    n += ckpt.count(t.name);
+  return n;
+}
+
+namespace {
+
+/// How alike two names are: the length of their common prefix and suffix.
+size_t likeness(StringRef a, StringRef b) {
+  size_t prefix = 0;
+  while (prefix < a.size() && prefix < b.size() && a[prefix] == b[prefix])
+    ++prefix;
+  size_t suffix = 0;
+  while (suffix < a.size() - prefix && suffix < b.size() - prefix &&
+         a[a.size() - 1 - suffix] == b[b.size() - 1 - suffix])
+    ++suffix;
+  return prefix + suffix;
+}
+
+class Comparison {
+public:
+  Comparison(const BoundModel &bound, const CheckpointContents &ckpt,
+             ModuleDeclOp model, StringRef configPath)
+      : bound(bound), ckpt(ckpt), model(model), configPath(configPath) {}
+
+  std::vector<CheckpointFinding> run() {
+    expected = rt::listTensors(bound.layout, {});
+    std::set<std::string> names;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const rt::TensorListing &t = expected[i];
+      names.insert(t.name);
+      InstanceNode *node = nodeOf(t);
+      auto it = ckpt.find(t.name);
+      bool present = it != ckpt.end();
+      for (InstanceNode *n = node; n; n = n->parent) {
+        ++total[n];
+        if (!present)
+          ++absent[n];
+        auto [it, fresh] = prefix.try_emplace(n, t.name);
+        if (!fresh)
+          it->second = commonPrefix(it->second, t.name);
+      }
+      if (!present) {
+        missing.push_back(i);
+        continue;
+      }
+      const CheckpointEntry &e = it->second;
+      if (e.shape && *e.shape != t.shape)
+        report("checkpoint-shape", "tensor '" + t.name + "' is " +
+                                       shapeText(t.shape) +
+                                       " in the spec but " +
+                                       shapeText(*e.shape) +
+                                       " in the checkpoint",
+               at(t));
+      else if (e.dtype && *e.dtype != t.dtype)
+        report("checkpoint-dtype",
+               "tensor '" + t.name + "' is " +
+                   std::string(safetensorsName(t.dtype)) +
+                   " in the spec but " +
+                   std::string(safetensorsName(*e.dtype)) +
+                   " in the checkpoint",
+               at(t));
+    }
+    for (const auto &entry : ckpt)
+      if (!names.count(entry.first))
+        unexpected.insert(entry.first);
+
+    reportAbsentParts(*rootOf());
+    reportMissing();
+    for (const std::string &name : unexpected) {
+      const CheckpointEntry &e = ckpt.at(name);
+      std::string what = "'" + name + "'";
+      if (e.shape)
+        what += " " + shapeText(*e.shape);
+      if (e.dtype)
+        what += " " + std::string(safetensorsName(*e.dtype));
+      report("checkpoint-unexpected",
+             "the checkpoint holds tensor " + what +
+                 ", which the spec does not describe",
+             model);
+    }
+    return std::move(out);
+  }
+
+private:
+  InstanceNode *nodeOf(const rt::TensorListing &t) const {
+    return bound.tensorNodes[size_t(t.spec - bound.layout.tensors.data())];
+  }
+  Operation *at(const rt::TensorListing &t) const {
+    return bound.sources[size_t(t.spec->source)];
+  }
+  InstanceNode *rootOf() const {
+    InstanceNode *n = bound.tensorNodes.front();
+    while (n->parent)
+      n = n->parent;
+    return n;
+  }
+  void report(std::string check, std::string message, Operation *op) {
+    out.push_back({std::move(check), std::move(message), op});
+  }
+  static std::string commonPrefix(const std::string &a, const std::string &b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n])
+      ++n;
+    return a.substr(0, n);
+  }
+  /// Whether the checkpoint holds nothing of an instance: none of its
+  /// tensors, and nothing else where they would be (which would rather be
+  /// another storage of them).
+  bool whollyAbsent(InstanceNode *n) {
+    if (total.lookup(n) == 0 || absent.lookup(n) != total.lookup(n))
+      return false;
+    std::string where = prefix.lookup(n);
+    where = where.substr(0, where.rfind('.') + 1);
+    auto it = unexpected.lower_bound(where);
+    return where.empty() || it == unexpected.end() ||
+           it->compare(0, where.size(), where) != 0;
+  }
+
+  /// Reports the highest instances the checkpoint holds nothing of, and the
+  /// elements of stacks it holds nothing of, as config disagreements.
+  void reportAbsentParts(InstanceNode &node) {
+    for (auto &[member, child] : node.instances) {
+      if (!whollyAbsent(child.get())) {
+        reportAbsentParts(*child);
+        continue;
+      }
+      covered.insert(child.get());
+      report("checkpoint-config",
+             "the config (" + configPath + ") gives " + child->describe() +
+                 ", but the checkpoint holds none of its " +
+                 std::to_string(total.lookup(child.get())) + " tensors",
+             SymbolTable::lookupSymbolIn(node.module, member));
+    }
+    for (auto &[member, elements] : node.stacks) {
+      std::vector<int64_t> gone;
+      for (auto &element : elements) {
+        if (whollyAbsent(element.get())) {
+          covered.insert(element.get());
+          gone.push_back(element->stackIndex);
+        } else {
+          reportAbsentParts(*element);
+        }
+      }
+      if (gone.empty())
+        continue;
+      std::string stack = node.path.empty() ? member : node.path + "." + member;
+      std::string which = gone.size() == 1
+                              ? "element " + std::to_string(gone.front())
+                              : "elements " + std::to_string(gone.front()) +
+                                    " to " + std::to_string(gone.back());
+      report("checkpoint-config",
+             "the config (" + configPath + ") gives stack '" + stack + "' " +
+                 std::to_string(elements.size()) +
+                 " elements, but the checkpoint holds nothing of " + which +
+                 " (it holds " +
+                 std::to_string(elements.size() - gone.size()) + ")",
+             SymbolTable::lookupSymbolIn(node.module, member));
+    }
+  }
+
+  bool isCovered(InstanceNode *n) const {
+    for (; n; n = n->parent)
+      if (covered.count(n))
+        return true;
+    return false;
+  }
+
+  void reportMissing() {
+    for (size_t i : missing) {
+      const rt::TensorListing &t = expected[i];
+      if (isCovered(nodeOf(t)))
+        continue;
+      // A renamed tensor: the unique most alike unexpected one of the same
+      // shape and dtype.
+      std::string best;
+      size_t bestScore = 0;
+      bool tie = false;
+      for (const std::string &u : unexpected) {
+        const CheckpointEntry &e = ckpt.at(u);
+        if ((e.shape && *e.shape != t.shape) || (e.dtype && *e.dtype != t.dtype))
+          continue;
+        size_t score = likeness(t.name, u);
+        if (score > bestScore) {
+          best = u, bestScore = score, tie = false;
+        } else if (score == bestScore) {
+          tie = true;
+        }
+      }
+      if (!best.empty() && !tie &&
+          2 * bestScore >= std::min(t.name.size(), best.size())) {
+        unexpected.erase(best);
+        report("checkpoint-missing",
+               "tensor '" + t.name + "' is missing from the checkpoint, " +
+                   "which holds '" + best +
+                   "' of the same shape and dtype instead (renamed?)",
+               at(t));
+        continue;
+      }
+      report("checkpoint-missing",
+             "tensor '" + t.name + "' " + shapeText(t.shape) + " " +
+                 std::string(safetensorsName(t.dtype)) +
+                 " is missing from the checkpoint",
+             at(t));
+    }
+  }
+
+  const BoundModel &bound;
+  const CheckpointContents &ckpt;
+  ModuleDeclOp model;
+  std::string configPath;
+  std::vector<rt::TensorListing> expected;
+  std::vector<size_t> missing;
+  std::set<std::string> unexpected;
+  llvm::DenseMap<InstanceNode *, size_t> total, absent;
+  /// The common prefix of the names of the tensors under an instance.
+  llvm::DenseMap<InstanceNode *, std::string> prefix;
+  std::set<InstanceNode *> covered;
+  std::vector<CheckpointFinding> out;
+};
+
+} // namespace
+
+std::vector<CheckpointFinding>
+mdl::compareCheckpoint(const BoundModel &bound, const CheckpointContents &ckpt,
+                       ModuleDeclOp model, StringRef configPath) {
+  if (bound.tensorNodes.empty())
+    return {};
+  return Comparison(bound, ckpt, model, configPath).run();
+}
