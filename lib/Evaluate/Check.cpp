@@ -323,7 +323,7 @@ void CheckSession::checkModel(
     for (const rt::Param &p : layout.params)
       sum.elements += p.numElements();
     rt::CheckScope scope = rt::representativeLayers(layout);
-    std::set<std::string> seen;
+    std::set<std::string> seen, namedPipelines;
     for (ParallelConfig point : points) {
       // Axes the backend lacks stay at 1.
       for (size_t i = 0; i < kMeshAxisNames.size(); ++i) {
@@ -362,6 +362,13 @@ void CheckSession::checkModel(
       }
       for (const rt::Problem &p : rt::checkLayout(planner, &scope))
         finding(p.check, p.message, p.source, cfg, p.related);
+      std::string pipeline = std::to_string(point.pp) + "/" +
+                             std::to_string(point.vpp) + "/" +
+                             std::to_string(point.firstStageLayers.value_or(-1)) + "/" +
+                             std::to_string(point.lastStageLayers.value_or(-1));
+      if (namedPipelines.insert(pipeline).second)
+        for (const rt::Problem &p : rt::checkNames(planner))
+          finding(p.check, p.message, p.source, cfg, p.related);
     }
     sums.push_back(std::move(sum));
     bound.push_back(std::move(bm));

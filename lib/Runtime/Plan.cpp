@@ -918,6 +918,36 @@ CheckScope mdl::rt::representativeLayers(const ModelLayout &m) {
   return scope;
 }
 
+std::vector<Problem> mdl::rt::checkNames(const Planner &planner) {
+  std::vector<Problem> problems;
+  if (!planner.valid())
+    return problems;
+  const ModelLayout &m = planner.model();
+  for (const RankContext &ctx : planner.ranks()) {
+    if (ctx.tpRank != 0 || ctx.epRank != 0)
+      continue;
+    std::map<std::string, int> names;
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+      std::optional<std::string> name = planner.tensorName(int(i), ctx);
+      if (!name)
+        continue;
+      auto [it, fresh] = names.emplace(*name, int(i));
+      if (!fresh)
+        problems.push_back({"duplicate-name",
+                            "two tensors of one rank are named '" + *name + "'",
+                            m.tensors[i].source, m.tensors[it->second].source});
+    }
+  }
+  std::sort(problems.begin(), problems.end());
+  problems.erase(std::unique(problems.begin(), problems.end(),
+                             [](const Problem &a, const Problem &b) {
+                               return a.source == b.source &&
+                                      a.message == b.message;
+                             }),
+                 problems.end());
+  return problems;
+}
+
 std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
                                           const CheckScope *scope) {
   std::vector<Problem> problems;
@@ -999,23 +1029,6 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
                  std::to_string(got) + " of the " + std::to_string(expect) +
                  " elements a rank must hold",
              p.source});
-    }
-    // Two tensors of one rank under one name: one would overwrite the
-    // other (MTP layers all mapped to layer 0). Names do not depend on the
-    // tensor or expert rank, and every layer is named, represented or not.
-    if (ctx.tpRank == 0 && ctx.epRank == 0) {
-      std::map<std::string, int> names;
-      for (size_t i = 0; i < m.tensors.size(); ++i) {
-        std::optional<std::string> name = planner.tensorName(int(i), ctx);
-        if (!name)
-          continue;
-        auto [it, fresh] = names.emplace(*name, int(i));
-        if (!fresh)
-          problems.push_back(
-              {"duplicate-name",
-               "two tensors of one rank are named '" + *name + "'",
-               m.tensors[i].source, m.tensors[it->second].source});
-      }
     }
     // With tied embeddings the last stage still needs a head.
     if (ctx.lastStage())

@@ -151,6 +151,13 @@ CheckScope representativeLayers(const ModelLayout &m);
 std::vector<Problem> checkLayout(const Planner &planner,
                                  const CheckScope *scope = nullptr);
 
+/// That no two tensors of a rank share a name (one would overwrite the
+/// other: MTP layers all mapped to layer 0). Every layer is named, whether
+/// it represents others or not. Names depend on the pipeline layout only
+/// (stages, local layer numbers), so one configuration per pipeline layout
+/// suffices, on the first tensor and expert rank.
+std::vector<Problem> checkNames(const Planner &planner);
+
 /// Enumerates the parallel configurations of a grid. `axes` maps an axis
 /// name (tp, pp, ep, etp, cp, dp, vpp) to its values.
 std::vector<ParallelConfig>
