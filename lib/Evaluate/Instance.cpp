@@ -24,63 +24,9 @@ using namespace mdl;
 
 namespace {
 /// Bounds that keep hostile configs from exhausting memory or time.
-constexpr int64_t kMaxStackLength = 1 << 20;
-constexpr int64_t kMaxListLength = 1 << 22;
+using rt::kMaxStackLength;
 constexpr size_t kMaxParams = size_t(1) << 24;
 } // namespace
-
-//===----------------------------------------------------------------------===//
-// Values
-//===----------------------------------------------------------------------===//
-
-bool EvalValue::operator==(const EvalValue &o) const {
-  if (kind != o.kind)
-    return false;
-  switch (kind) {
-  case Missing:
-    return true;
-  case Int:
-  case Bool:
-    return i == o.i;
-  case String:
-    return s == o.s;
-  case DType:
-    return dtype == o.dtype;
-  case List:
-    return list == o.list;
-  }
-  return false;
-}
-
-json::Value mdl::toJson(const EvalValue &v) {
-  switch (v.kind) {
-  case EvalValue::Missing:
-    return json::Value::null();
-  case EvalValue::Int:
-    return json::Value::integer(v.i);
-  case EvalValue::Bool:
-    return json::Value::boolean(v.i);
-  case EvalValue::String:
-    return json::Value::string(v.s);
-  case EvalValue::DType:
-    return json::Value::string(std::string(safetensorsName(v.dtype)));
-  case EvalValue::List: {
-    json::Value a = json::Value::array();
-    for (const EvalValue &e : v.list)
-      a.push(toJson(e));
-    return a;
-  }
-  }
-  return json::Value::null();
-}
-
-std::string EvalValue::str() const {
-  if (kind == Missing)
-    return "<missing>";
-  if (kind == DType)
-    return std::string(specName(dtype));
-  return json::write(toJson(*this));
-}
 
 //===----------------------------------------------------------------------===//
 // HFConfig
@@ -223,15 +169,7 @@ private:
 /// Reports a missing config value where it was needed.
 LogicalResult reportMissing(Operation *op, const EvalValue &v,
                             const HFConfig &config) {
-  auto diag = op->emitError();
-  if (v.triedKeys.size() == 1)
-    diag << "'" << config.path() << "' has no key '" << v.triedKeys[0]
-         << "'";
-  else {
-    diag << "'" << config.path() << "' has none of the keys ";
-    for (size_t i = 0; i < v.triedKeys.size(); ++i)
-      diag << (i ? ", '" : "'") << v.triedKeys[i] << "'";
-  }
+  op->emitError() << rt::missingMessage(config.path(), v);
   return failure();
 }
 
@@ -261,75 +199,53 @@ FailureOr<EvalValue> Interpreter::eval(Value v) {
   return r;
 }
 
-FailureOr<EvalValue> Interpreter::fromJson(HfOp op, const json::Value &j,
-                                           Type type, StringRef path) {
-  MLIRContext *mctx = op->getContext();
-  auto mismatch = [&](StringRef want) -> FailureOr<EvalValue> {
-    std::optional<Location> where = config.locate(j, *mctx);
-    auto diag = op.emitError() << "'" << path << "' "
-                               << (where ? "in '" + config.path() + "'"
-                                         : std::string("(from --set)"))
-                               << " is " << json::Value::kindName(j.kind())
-                               << ", but the spec reads " << want;
-    if (where)
-      diag.attachNote(*where) << "the value is here";
-    return failure();
-  };
-  if (type.isInteger(64)) {
-    if (j.kind() != json::Value::Int)
-      return mismatch("an integer");
-    return EvalValue::integer(j.asInt());
-  }
-  if (type.isInteger(1)) {
-    if (j.kind() != json::Value::Bool)
-      return mismatch("a boolean");
-    return EvalValue::boolean(j.asBool());
-  }
-  if (isa<StringType>(type)) {
-    if (j.kind() != json::Value::String)
-      return mismatch("a string");
-    return EvalValue::string(j.asString());
-  }
-  if (isa<DTypeType>(type)) {
-    if (j.kind() != json::Value::String)
-      return mismatch("a dtype name");
-    std::optional<mdl::DType> d = parseDType(j.asString());
-    if (!d) {
-      auto diag = op.emitError() << "'" << path << "' names unknown dtype '"
-                                 << j.asString() << "'";
-      if (std::optional<Location> where = config.locate(j, *mctx))
-        diag.attachNote(*where) << "the value is here";
-      return failure();
-    }
-    EvalValue e;
-    e.kind = EvalValue::DType;
-    e.dtype = *d;
-    return e;
-  }
-  auto list = cast<ListType>(type);
-  if (j.kind() != json::Value::Array)
-    return mismatch("a list");
-  if (j.elements().size() > size_t(kMaxListLength))
-    return mismatch("a list of reasonable length");
-  EvalValue out;
-  out.kind = EvalValue::List;
-  for (size_t i = 0; i < j.elements().size(); ++i) {
-    FailureOr<EvalValue> e =
-        fromJson(op, j.elements()[i], list.getElementType(),
-                 (path + "[" + std::to_string(i) + "]").str());
-    if (failed(e))
-      return failure();
-    out.list.push_back(std::move(*e));
-  }
-  return out;
+/// The runtime's spelling of a value type: "int", "list<string>", ...
+std::string typeSpelling(Type type) {
+  if (type.isInteger(64))
+    return "int";
+  if (type.isInteger(1))
+    return "bool";
+  if (isa<StringType>(type))
+    return "string";
+  if (isa<DTypeType>(type))
+    return "dtype";
+  return "list<" + typeSpelling(cast<ListType>(type).getElementType()) + ">";
 }
 
-/// Floor division and modulo, as Python does.
-int64_t floorDiv(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0)))
-    --q;
-  return q;
+FailureOr<EvalValue> Interpreter::fromJson(HfOp op, const json::Value &j,
+                                           Type type, StringRef path) {
+  EvalValue out;
+  std::string error;
+  if (rt::valueFromJson(j, typeSpelling(type), out, error))
+    return out;
+  std::optional<Location> where = config.locate(j, *op->getContext());
+  auto diag = op.emitError() << "'" << path << "' "
+                             << (where ? "in '" + config.path() + "'"
+                                       : std::string("(from --set)"))
+                             << " " << error;
+  if (where)
+    diag.attachNote(*where) << "the value is here";
+  return failure();
+}
+
+rt::BinaryOp toBinaryOp(BinaryKind k) {
+  switch (k) {
+  case BinaryKind::add: return rt::BinaryOp::Add;
+  case BinaryKind::sub: return rt::BinaryOp::Sub;
+  case BinaryKind::mul: return rt::BinaryOp::Mul;
+  case BinaryKind::div: return rt::BinaryOp::Div;
+  case BinaryKind::mod: return rt::BinaryOp::Mod;
+  case BinaryKind::concat: return rt::BinaryOp::Concat;
+  case BinaryKind::lt: return rt::BinaryOp::Lt;
+  case BinaryKind::le: return rt::BinaryOp::Le;
+  case BinaryKind::gt: return rt::BinaryOp::Gt;
+  case BinaryKind::ge: return rt::BinaryOp::Ge;
+  case BinaryKind::eq: return rt::BinaryOp::Eq;
+  case BinaryKind::ne: return rt::BinaryOp::Ne;
+  case BinaryKind::and_: return rt::BinaryOp::And;
+  case BinaryKind::or_: return rt::BinaryOp::Or;
+  }
+  return rt::BinaryOp::Add;
 }
 
 FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
@@ -429,57 +345,13 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
         FailureOr<EvalValue> r = present(b.getRhs());
         if (failed(r))
           return failure();
-        int64_t x = l->i, y = r->i, out = 0;
-        auto overflow = [&]() -> FailureOr<EvalValue> {
-          b.emitError() << "integer overflow: " << x << " "
-                        << stringifyBinaryKind(k) << " " << y
-                        << " does not fit in 64 bits";
+        EvalValue out;
+        std::string error;
+        if (!rt::applyBinary(toBinaryOp(k), *l, *r, out, error)) {
+          b.emitError() << error;
           return failure();
-        };
-        switch (k) {
-        case BinaryKind::add:
-          if (__builtin_add_overflow(x, y, &out))
-            return overflow();
-          return EvalValue::integer(out);
-        case BinaryKind::sub:
-          if (__builtin_sub_overflow(x, y, &out))
-            return overflow();
-          return EvalValue::integer(out);
-        case BinaryKind::mul:
-          if (__builtin_mul_overflow(x, y, &out))
-            return overflow();
-          return EvalValue::integer(out);
-        case BinaryKind::div:
-        case BinaryKind::mod:
-          if (y == 0) {
-            b.emitError() << (k == BinaryKind::div ? "division" : "modulo")
-                          << " by zero (" << x << " "
-                          << (k == BinaryKind::div ? "/" : "%") << " 0)";
-            return failure();
-          }
-          if (x == std::numeric_limits<int64_t>::min() && y == -1)
-            return overflow();
-          out = floorDiv(x, y);
-          return EvalValue::integer(k == BinaryKind::div ? out : x - out * y);
-        case BinaryKind::concat: {
-          EvalValue c = *l;
-          if (c.kind == EvalValue::String)
-            c.s += r->s;
-          else
-            c.list.insert(c.list.end(), r->list.begin(), r->list.end());
-          return c;
         }
-        case BinaryKind::lt: return EvalValue::boolean(x < y);
-        case BinaryKind::le: return EvalValue::boolean(x <= y);
-        case BinaryKind::gt: return EvalValue::boolean(x > y);
-        case BinaryKind::ge: return EvalValue::boolean(x >= y);
-        case BinaryKind::eq: return EvalValue::boolean(*l == *r);
-        case BinaryKind::ne: return EvalValue::boolean(!(*l == *r));
-        case BinaryKind::and_:
-        case BinaryKind::or_:
-          return EvalValue::boolean(y);
-        }
-        return failure();
+        return out;
       })
       .Case<NotOp>([&](NotOp n) -> FailureOr<EvalValue> {
         FailureOr<EvalValue> v = present(n.getOperand());
@@ -491,11 +363,13 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
         FailureOr<EvalValue> v = present(n.getOperand());
         if (failed(v))
           return failure();
-        if (v->i == std::numeric_limits<int64_t>::min()) {
-          n.emitError("integer overflow in negation");
+        EvalValue out;
+        std::string error;
+        if (!rt::applyNeg(*v, out, error)) {
+          n.emitError() << error;
           return failure();
         }
-        return EvalValue::integer(-v->i);
+        return out;
       })
       .Case<SelectOp>([&](SelectOp s) -> FailureOr<EvalValue> {
         FailureOr<EvalValue> c = present(s.getCond());
@@ -508,19 +382,20 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
         FailureOr<EvalValue> i = failed(l) ? l : present(x.getIndex());
         if (failed(i))
           return failure();
-        if (i->i < 0 || size_t(i->i) >= l->list.size()) {
-          x.emitError() << "index " << i->i << " is out of range for a list of "
-                        << l->list.size();
+        EvalValue out;
+        std::string error;
+        if (!rt::applyIndex(*l, *i, out, error)) {
+          x.emitError() << error;
           return failure();
         }
-        return l->list[i->i];
+        return out;
       })
       .Case<ContainsOp>([&](ContainsOp c) -> FailureOr<EvalValue> {
         FailureOr<EvalValue> l = present(c.getList());
         FailureOr<EvalValue> v = failed(l) ? l : present(c.getValue());
         if (failed(v))
           return failure();
-        return EvalValue::boolean(llvm::is_contained(l->list, *v));
+        return EvalValue::boolean(rt::applyContains(*l, *v));
       })
       .Case<ListOp>([&](ListOp lo) -> FailureOr<EvalValue> {
         EvalValue out;
@@ -541,62 +416,13 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
             return failure();
           args.push_back(std::move(*v));
         }
-        StringRef c = bi.getCallee();
-        if (c == "len")
-          return EvalValue::integer(args[0].kind == EvalValue::String
-                                        ? int64_t(args[0].s.size())
-                                        : int64_t(args[0].list.size()));
-        if (c == "range") {
-          if (args[0].i < 0 || args[0].i > kMaxListLength) {
-            bi.emitError() << "range(" << args[0].i << ") must be between 0 and "
-                           << kMaxListLength;
-            return failure();
-          }
-          EvalValue out;
-          out.kind = EvalValue::List;
-          for (int64_t i = 0; i < args[0].i; ++i)
-            out.list.push_back(EvalValue::integer(i));
-          return out;
+        EvalValue out;
+        std::string error;
+        if (!rt::applyBuiltin(bi.getCallee(), args, out, error)) {
+          bi.emitError() << error;
+          return failure();
         }
-        if (c == "min")
-          return EvalValue::integer(std::min(args[0].i, args[1].i));
-        if (c == "max")
-          return EvalValue::integer(std::max(args[0].i, args[1].i));
-        if (c == "ceildiv") {
-          if (args[1].i <= 0 || args[0].i < 0) {
-            bi.emitError() << "ceildiv(" << args[0].i << ", " << args[1].i
-                           << ") needs a non-negative numerator and a positive "
-                              "denominator";
-            return failure();
-          }
-          return EvalValue::integer(args[0].i / args[1].i +
-                                    (args[0].i % args[1].i != 0));
-        }
-        if (c == "str")
-          return EvalValue::string(std::to_string(args[0].i));
-        if (c == "pad") {
-          if (args[1].i < 0 || args[1].i > 64) {
-            bi.emitError() << "pad width " << args[1].i
-                           << " must be between 0 and 64";
-            return failure();
-          }
-          std::string s = std::to_string(args[0].i);
-          if (int64_t(s.size()) < args[1].i)
-            s.insert(0, size_t(args[1].i) - s.size(), '0');
-          return EvalValue::string(s);
-        }
-        if (c == "dtype") {
-          std::optional<mdl::DType> d = parseDType(args[0].s);
-          if (!d) {
-            bi.emitError() << "unknown dtype '" << args[0].s << "'";
-            return failure();
-          }
-          EvalValue e;
-          e.kind = EvalValue::DType;
-          e.dtype = *d;
-          return e;
-        }
-        return args[0]; // size(D): the value of the dimension
+        return out;
       })
       .Case<ComprehensionOp>([&](ComprehensionOp co) -> FailureOr<EvalValue> {
         FailureOr<EvalValue> src = present(co.getSource());

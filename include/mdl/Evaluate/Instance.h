@@ -15,6 +15,7 @@
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Parallel.h"
+#include "mdl/Runtime/Value.h"
 
 #include "mlir/Support/LogicalResult.h"
 #include "llvm/ADT/DenseMap.h"
@@ -28,39 +29,9 @@
 
 namespace mdl {
 
-/// A value of the expression language, or "missing" (an hf() key that is
-/// absent or null), which only `??` may consume.
-struct EvalValue {
-  enum Kind { Missing, Int, Bool, String, DType, List };
-  Kind kind = Missing;
-  int64_t i = 0; // Int, Bool (0/1)
-  std::string s; // String
-  mdl::DType dtype = mdl::DType::BF16;
-  std::vector<EvalValue> list;
-  /// For Missing: the keys that were looked for.
-  std::vector<std::string> triedKeys;
-
-  static EvalValue integer(int64_t v) {
-    EvalValue e;
-    e.kind = Int;
-    e.i = v;
-    return e;
-  }
-  static EvalValue boolean(bool v) {
-    EvalValue e;
-    e.kind = Bool;
-    e.i = v;
-    return e;
-  }
-  static EvalValue string(std::string v) {
-    EvalValue e;
-    e.kind = String;
-    e.s = std::move(v);
-    return e;
-  }
-  bool operator==(const EvalValue &o) const;
-  std::string str() const;
-};
+/// A value of the expression language (shared with generated code).
+using EvalValue = rt::Value;
+using rt::toJson;
 
 /// An HF config.json, with `--set` overrides.
 class HFConfig {
@@ -208,8 +179,6 @@ private:
 /// file that declares it.
 std::vector<std::string> exampleConfigPaths(ModuleDeclOp model);
 
-/// Renders a value for messages and JSON: `4`, `true`, `"x"`, `[1, 2]`.
-json::Value toJson(const EvalValue &v);
 
 } // namespace mdl
 
