@@ -218,8 +218,20 @@ FailureOr<EvalValue> Interpreter::fromJson(HfOp op, const json::Value &j,
   std::string error;
   if (rt::valueFromJson(j, typeSpelling(type), out, error))
     return out;
-  std::optional<Location> where = config.locate(j, *op->getContext());
-  auto diag = op.emitError() << "'" << path << "' "
+  // A list element's error starts with its index path: "[1][0] is ...";
+  // the note points at that element.
+  std::string where_ = path.str();
+  const json::Value *bad = &j;
+  while (!error.empty() && error[0] == '[') {
+    size_t close = error.find(']');
+    size_t index = std::stoul(error.substr(1, close - 1));
+    where_ += error.substr(0, close + 1);
+    bad = &bad->elements()[index];
+    error = error.substr(close + 1);
+  }
+  error = StringRef(error).ltrim().str();
+  std::optional<Location> where = config.locate(*bad, *op->getContext());
+  auto diag = op.emitError() << "'" << where_ << "' "
                              << (where ? "in '" + config.path() + "'"
                                        : std::string("(from --set)"))
                              << " " << error;

@@ -326,7 +326,9 @@ bool mdl::rt::valueFromJson(const json::Value &j, std::string_view type,
   for (size_t i = 0; i < j.elements().size(); ++i) {
     Value e;
     if (!valueFromJson(j.elements()[i], element, e, error)) {
-      error = "[" + std::to_string(i) + "] " + error;
+      // The index path leads the message: "[1][0] is ...".
+      error = "[" + std::to_string(i) + "]" + (error[0] == '[' ? "" : " ") +
+              error;
       return false;
     }
     out.list.push_back(std::move(e));
