@@ -92,10 +92,7 @@ Backend::choices() const {
 // Binding
 //===----------------------------------------------------------------------===//
 
-namespace {
-
-/// Whether evaluating `region` may need the parallel context.
-bool readsContext(Region &region) {
+bool mdl::readsContext(Region &region) {
   bool found = false;
   region.walk([&](Operation *op) {
     if (isa<ContextOp>(op))
@@ -115,6 +112,8 @@ bool readsContext(Region &region) {
   });
   return found;
 }
+
+namespace {
 
 class Binder {
 public:
@@ -711,7 +710,7 @@ LogicalResult Binder::bindBackend() {
   auto choices = out.choices;
   for (BackendOp b : backend.chain)
     for (auto req : b.getBodyBlock().getOps<RequireOp>())
-      out.layout.requires.push_back(
+      out.layout.requirements.push_back(
           [root, req, choices](
               const ParallelConfig &c) mutable -> std::optional<std::string> {
             RankContext ctx;

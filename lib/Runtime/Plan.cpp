@@ -321,7 +321,7 @@ void Planner::validate() {
         stageLayers[v] = layers / stages;
     }
   }
-  for (const auto &req : m.requires)
+  for (const auto &req : m.requirements)
     if (std::optional<std::string> why = req(cfg))
       add(*why);
 }

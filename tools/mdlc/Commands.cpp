@@ -68,7 +68,7 @@ bool parseKeyValue(const std::string &text, std::string &key,
 std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
                                      Options &options, const char *usage) {
   ArgReader r(args);
-  static const char *kCommands[] = {"check", "params", "plan"};
+  static const char *kCommands[] = {"check", "params", "plan", "emit"};
   static const char *kAxes[] = {"tp", "pp", "ep", "etp", "cp", "dp", "vpp"};
   while (!r.done()) {
     std::string value;
@@ -141,6 +141,19 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       if (missing || value.empty())
         return usageError("--backend needs a name");
       options.backends.push_back(value);
+      continue;
+    }
+    if (optionWithValue("--depfile")) {
+      if (missing || value.empty())
+        return usageError("--depfile needs a path");
+      options.depfile = value;
+      continue;
+    }
+    if (a == "-o") {
+      r.next();
+      if (r.done())
+        return usageError("-o needs a directory");
+      options.outputDir = r.next();
       continue;
     }
     if (optionWithValue("--format")) {
@@ -222,6 +235,8 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
     return usageError("give one of --hf-dir, --hf-index, --hf-inventory");
   if (sources && options.command != "check")
     return usageError("--hf-dir, --hf-index and --hf-inventory are for check");
+  if (options.command == "emit" && options.outputDir.empty())
+    return usageError("emit needs -o DIR");
   if (options.command == "plan" && options.backends.size() != 1)
     return usageError("plan needs one --backend");
   return std::nullopt;
@@ -310,5 +325,7 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
     return runParams(options, *fe.module, context);
   if (options.command == "plan")
     return runPlan(options, *fe.module, context);
+  if (options.command == "emit")
+    return runEmit(options, *fe.module, context);
   return runCheck(options, *fe.module, context);
 }

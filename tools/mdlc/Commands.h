@@ -41,6 +41,9 @@ struct Options {
   std::map<std::string, std::vector<int64_t>> grid;
   /// check against a real checkpoint.
   std::string hfIndex, hfDir, hfInventory;
+  /// emit: where the generated files go, and a make-style list of the
+  /// specs they come from.
+  std::string outputDir, depfile;
 };
 
 /// Parses the command line. Returns an exit code when the program should
@@ -67,6 +70,8 @@ std::unique_ptr<HFConfig> loadConfig(const Options &options,
 int runParams(const Options &options, mlir::ModuleOp top,
               mlir::MLIRContext &context);
 int runPlan(const Options &options, mlir::ModuleOp top,
+            mlir::MLIRContext &context);
+int runEmit(const Options &options, mlir::ModuleOp top,
             mlir::MLIRContext &context);
 int runCheck(const Options &options, mlir::ModuleOp top,
              mlir::MLIRContext &context);

@@ -2,6 +2,8 @@
 //
 //   mdlc check FILE...          parse, analyse, verify, instantiate examples
 //   mdlc params FILE            the HF tensors of the instantiated model
+//   mdlc plan FILE ...          what each rank of a backend holds
+//   mdlc emit FILE -o DIR       C++ for the model and its backends
 //   mdlc -emit=ast|mlir FILE    debugging output
 //
 // Exit codes: 0 clean, 1 errors in the input, 2 bad usage.
@@ -35,6 +37,11 @@ Commands:
   plan FILE --backend B --tp N --pp N --ep N --etp N [--vpp N] [--rank R]
                       every local tensor of each rank (or rank R) with its
                       shape, dtype and the slices of parameters it holds
+  emit FILE [--backend B]... -o DIR
+                      write C++ for the model and each backend (default:
+                      every backend with layouts for it): <spec>_<backend>.h
+                      and .cpp (<spec>: the file name without .mdl), in
+                      namespace mdl::gen::<model>::<backend>
   -emit=ast FILE      print the syntax tree
   -emit=mlir FILE     print the mdl dialect IR
 

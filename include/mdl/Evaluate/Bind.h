@@ -60,6 +60,11 @@ struct BoundModel {
   std::shared_ptr<llvm::StringMap<std::string>> choices;
 };
 
+/// Whether evaluating `region` may read the parallel context (directly, or
+/// through lets of layouts and backends); choices do not count, as they
+/// are bound before any rank exists.
+bool readsContext(mlir::Region &region);
+
 /// Binds `inst` to `backend` with the given storage variants (options not
 /// given take their first value). Returns null after reporting errors.
 std::unique_ptr<BoundModel>

@@ -151,7 +151,7 @@ struct ModelLayout {
   /// The backend's own conditions on a parallel configuration: each gives
   /// the reason a configuration is invalid, or nothing.
   std::vector<std::function<std::optional<std::string>(const ParallelConfig &)>>
-      requires;
+      requirements;
   /// Parameters the last stage needs to compute logits, with the one to
   /// hold instead when absent (`last head ?? embed`): (wanted, fallback).
   std::vector<std::pair<int, int>> lastStageNeeds;

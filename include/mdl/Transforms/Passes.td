@@ -26,6 +26,21 @@ def Instantiate : Pass<"mdl-instantiate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mdl::MDLDialect"];
 }
 
+def PrepareEmit : Pass<"mdl-prepare-emit", "::mlir::ModuleOp"> {
+  let summary = "Make backends self-contained for the C++ emitter";
+  let description = [{
+    The only step that changes the IR before C++ is emitted, so that the
+    emitter just reads it. Folds each backend's bases into it: the layouts
+    it inherits become its own (cloned, for the modules it has none of),
+    and the settings, classes, capabilities, choices and requirements of its
+    bases are copied in unless it redefines them; `extends` is dropped.
+    Marks each tensor whose `when` condition reads the parallel context with
+    `reads_context`, so that the emitter knows which conditions to decide
+    at bind time and which to keep for each rank.
+  }];
+  let dependentDialects = ["::mdl::MDLDialect"];
+}
+
 // The checks share their options: what to instantiate, which backends, and
 // the grid of parallel configurations to plan. Each reports the findings of
 // its own check IDs (docs/checks.md) as errors at the spec lines involved.

@@ -1,0 +1,86 @@
+//===- Convert.h - Moving weights between layouts --------------*- C++ -*-===//
+//
+// Conversion copies boxes of logical parameters from the tensors that hold
+// them in one layout to the tensors that hold them in another: HF to one
+// rank of a backend, every rank of a backend to HF, one backend to another.
+// Each box is a strided view on both sides (see Plan.h), so conversion is
+// strided copies, with the dtype and value transforms (`offset`) of each
+// side applied in double precision and rounded once to the stored dtype.
+// Sources are memory-mapped; a target tensor is built in one buffer and
+// streamed to its file, so memory stays near the largest tensor. Plain
+// C++17.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_RUNTIME_CONVERT_H
+#define MDL_RUNTIME_CONVERT_H
+
+#include "mdl/Runtime/Generated.h"
+#include "mdl/Runtime/Safetensors.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mdl::rt {
+
+/// Copies the intersection of two boxes of one parameter from `src` (data
+/// of dtype `srcType`, values stored plus `srcOffset`) to `dst`. With the
+/// same dtype and offset, bytes are moved; otherwise values are converted
+/// (floats only; F8 moves as bytes only). Returns the number of elements.
+int64_t copyIntersection(const Piece &src, const uint8_t *srcData,
+                         DType srcType, int64_t srcOffset, const Piece &dst,
+                         uint8_t *dstData, DType dstType, int64_t dstOffset);
+
+/// Rounds `v` to `t` (round to nearest even, once) and stores it at `out`.
+void storeValue(double v, DType t, uint8_t *out);
+double loadValue(DType t, const uint8_t *in);
+
+struct ConvertProgress {
+  int64_t tensorsDone = 0, tensorsTotal = 0;
+  uint64_t bytesDone = 0, bytesTotal = 0;
+};
+
+class Converter {
+public:
+  /// Converts from `from` (with its parallel configuration) to `to`.
+  Converter(const Binding &from, const ParallelConfig &fromConfig,
+            const Binding &to, const ParallelConfig &toConfig);
+
+  /// Registers the checkpoint of source rank `rank`: every tensor the
+  /// source plan expects must be there with its shape and dtype, and
+  /// nothing else may be.
+  bool addSource(int64_t rank, std::shared_ptr<Checkpoint> checkpoint,
+                 std::string &error);
+  /// The source ranks whose tensors target rank `rank` reads.
+  std::vector<int64_t> sourcesOf(int64_t rank) const;
+  /// Writes target rank `rank` to `path` (safetensors, atomically). The
+  /// sources it reads must have been added.
+  bool writeRank(int64_t rank, const std::string &path, std::string &error,
+                 const std::function<void(const ConvertProgress &)> &progress =
+                     nullptr);
+
+private:
+  struct View {
+    const uint8_t *data = nullptr;
+    DType dtype = DType::BF16;
+    int64_t offset = 0;
+    Piece piece;
+    int64_t rank = 0;
+  };
+  bool fill(const RankTensor &t, uint8_t *out, std::string &error) const;
+
+  const Binding &from, &to;
+  ParallelConfig fromConfig, toConfig;
+  std::vector<std::shared_ptr<Checkpoint>> keep;
+  /// Per parameter of the source layout: the views that hold it.
+  std::map<std::string, std::vector<View>> views;
+  /// Per parameter path of the source layout: which source ranks hold it.
+  std::map<std::string, std::vector<int64_t>> holders;
+};
+
+} // namespace mdl::rt
+
+#endif // MDL_RUNTIME_CONVERT_H

@@ -1,0 +1,142 @@
+//===- Generated.h - What generated code offers its users ------*- C++ -*-===//
+//
+// Generated code (`mdlc emit`, `mdl_generate()`) declares a model and a
+// backend and registers them; this header is what it includes and what its
+// users call: a Binding (the model instantiated for a config.json and bound
+// to the backend) gives the validity of a parallel configuration, each
+// rank's tensors, and the LoRA injection table. Conversion is in
+// mdl/Runtime/Convert.h. Plain C++17; nothing throws out of it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_RUNTIME_GENERATED_H
+#define MDL_RUNTIME_GENERATED_H
+
+#include "mdl/Runtime/Model.h"
+#include "mdl/Runtime/Plan.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mdl::rt {
+
+// Term constructors for generated layouts.
+TermDecl atom(std::string name);
+TermDecl unit();
+TermDecl product(std::vector<TermDecl> children);
+TermDecl parts(std::vector<TermDecl::Part> parts);
+
+/// A model and a backend as one generated unit declares them, with the HF
+/// backend that checkpoints use.
+struct Generated {
+  const ModelDecl &model;
+  const BackendDecl &backend;
+  const BackendDecl &hf;
+};
+
+/// Every generated unit linked into the program registers itself.
+struct Registration {
+  explicit Registration(const Generated &g);
+};
+const std::vector<const Generated *> &registry();
+/// The unit of `model` and `backend` (dashes in names read as
+/// underscores), or null.
+const Generated *findGenerated(const std::string &model,
+                               const std::string &backend);
+
+struct LoadOptions {
+  /// `key=value` overrides of the config (`mtp_num_hidden_layers=0`).
+  std::vector<std::pair<std::string, std::string>> overrides;
+  /// Storage variants of the backend (`expert_storage=packed`).
+  std::map<std::string, std::string> choices;
+};
+
+/// One tensor of a rank, families expanded.
+struct RankTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::BF16;
+  /// A duplicate of a parameter held elsewhere, written on export.
+  bool copy = false;
+  /// Stored value = logical value + offset.
+  int64_t offset = 0;
+  /// The slices it holds, with parameter indices into the layout.
+  std::vector<Piece> pieces;
+};
+
+/// A model instantiated for a config and bound to a backend.
+class Binding {
+public:
+  static std::unique_ptr<Binding> load(const ModelDecl &model,
+                                       const BackendDecl &backend,
+                                       const std::string &configPath,
+                                       const LoadOptions &options,
+                                       std::string &error);
+  /// Binds an instantiated model to another backend (the same instance).
+  static std::unique_ptr<Binding>
+  bind(std::shared_ptr<Model> model, const BackendDecl &backend,
+       const std::map<std::string, std::string> &choices, std::string &error);
+
+  const ModelLayout &layout() const { return bound.layout; }
+  const BoundLayout &boundLayout() const { return bound; }
+  const BackendDecl &backend() const { return *backendDecl; }
+  std::shared_ptr<Model> model() const { return instance; }
+
+  /// Every reason `config` is invalid; empty when it is valid. Axes the
+  /// backend lacks must be 1.
+  std::vector<std::string> validate(const ParallelConfig &config) const;
+  /// The number of ranks (tp * pp * ep).
+  static int64_t numRanks(const ParallelConfig &config);
+  /// The contexts of rank `rank` (one per virtual stage); ranks are
+  /// numbered tp fastest, then ep, then pp.
+  static std::vector<RankContext> contexts(const ParallelConfig &config,
+                                           int64_t rank);
+  /// The tensors of rank `rank`, families expanded, in plan order. With
+  /// virtual stages, the tensors of chunk c are named `model{c}.<name>`.
+  std::vector<RankTensor> rankTensors(const ParallelConfig &config,
+                                      int64_t rank) const;
+  /// The directory a rank's checkpoint goes to: the backend's `rank_dir`,
+  /// or `rank_TT`.
+  std::string rankDir(const ParallelConfig &config, int64_t rank) const;
+  /// The derived tensors of the backend with the events that refresh them.
+  const std::vector<ModelLayout::DerivedTensor> &derived() const {
+    return bound.layout.derived;
+  }
+
+private:
+  std::shared_ptr<Model> instance;
+  const BackendDecl *backendDecl = nullptr;
+  BoundLayout bound;
+};
+
+/// A LoRA target: one linear module of the backend on one rank.
+struct LoraTarget {
+  std::string module;            // the backend module (tensor name sans .weight)
+  std::string role;              // column, column_norm, row, replicated, ...
+  std::string baseClass;         // e.g. TELayerNormColumnParallelLinear
+  std::string sizes;             // "global" or "local": constructor semantics
+  int64_t inFeatures = 0, outFeatures = 0; // in that semantics
+  std::vector<int64_t> loraA, loraB;       // local shapes [r, in], [out, r]
+  std::string sharded;           // "A", "B" or "none"
+  std::string returns;           // the forward contract
+  bool inputIsParallel = false;
+  /// Factors replicated over tensor ranks whose gradients need a TP
+  /// all-reduce under sequence parallelism.
+  std::vector<std::string> allReduceGrads;
+  /// The parameters (linears) the module holds, e.g. q, gate, k, v.
+  std::vector<std::string> params;
+};
+
+/// The LoRA injection table of rank `rank` for adapters of rank `r`:
+/// every linear module the backend lets LoRA target.
+std::vector<LoraTarget> loraTable(const Binding &binding,
+                                  const ParallelConfig &config, int64_t rank,
+                                  int64_t r = 16);
+/// The "all-linear" target set: the module names (the last name
+/// component, e.g. linear_qkv) of every LoRA target but the output head.
+std::vector<std::string> allLinearTargets(const Binding &binding);
+
+} // namespace mdl::rt
+
+#endif // MDL_RUNTIME_GENERATED_H

@@ -1,0 +1,378 @@
+//===- Model.h - Models as generated code describes them -------*- C++ -*-===//
+//
+// Generated code describes a model and a backend with the declarations
+// below: modules (values, parameters, children), the backend's layouts and
+// settings. Their expressions are generated functions (`Expr`). The engine
+// instantiates the model for a config.json, as the compiler does, and binds
+// it to the backend, giving the ModelLayout that planning and conversion
+// read. Plain C++17, no LLVM.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_RUNTIME_MODEL_H
+#define MDL_RUNTIME_MODEL_H
+
+#include "mdl/Runtime/Layout.h"
+#include "mdl/Runtime/Value.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mdl::rt {
+
+class Instance;
+class Eval;
+
+/// A generated expression. Errors (a missing key, a division by zero) are
+/// thrown as EvalError, which the engine catches and reports with the spec
+/// location; nothing is thrown out of the engine.
+using Expr = Value (*)(Eval &);
+
+struct EvalError {
+  std::string message;
+};
+
+//===----------------------------------------------------------------------===//
+// Declarations
+//===----------------------------------------------------------------------===//
+
+struct ValueDecl {
+  enum Kind { Input, Config, Let, Dim };
+  std::string name;
+  Kind kind = Let;
+  /// The value; for an input, its default (null: none).
+  Expr expr = nullptr;
+  /// A factored dimension's factors (then `expr` is null).
+  std::vector<std::string> factors;
+  std::string where; // "file:line:col"
+};
+
+struct ParamDecl {
+  std::string name;
+  /// Axes as atoms: the weight's (expert first, then out..., in... for a
+  /// linear) and, for a linear with a bias, the bias's.
+  std::vector<std::vector<std::string>> axes, biasAxes;
+  std::string expert;
+  std::optional<DType> dtype;
+  /// "column", "row", "vocab", "shard", "replicated" or "" and its atoms.
+  std::string style;
+  std::vector<std::string> styleAtoms;
+  std::string styleDim;
+  bool linear = false, bias = false;
+  /// A linear's output axes: `axes` holds the expert axis (if any), then
+  /// this many output axes, then the input axes.
+  int outAxes = 0;
+  Expr cond = nullptr, biasCond = nullptr;
+  std::string where;
+};
+
+struct CaseDecl {
+  std::string module;
+  Expr guard = nullptr;
+  std::vector<std::pair<std::string, Expr>> args;
+};
+
+struct ChildDecl {
+  std::string name;
+  bool stack = false;
+  Expr count = nullptr, cond = nullptr;
+  std::vector<CaseDecl> cases;
+  std::string where;
+};
+
+struct RequireDecl {
+  Expr cond = nullptr;
+  std::string message, where;
+};
+
+struct NeedDecl {
+  std::string capability;
+  std::optional<std::string> fallback;
+  std::string where;
+};
+
+struct ModuleDecl {
+  std::string name;
+  std::vector<ValueDecl> values;
+  std::vector<RequireDecl> requirements;
+  std::vector<ParamDecl> params;
+  std::vector<ChildDecl> children;
+  std::vector<NeedDecl> needs;
+  std::string where;
+  // A model's: its default dtype and pipeline placement.
+  Expr defaultDType = nullptr;
+  std::vector<std::string> first, last;
+  std::string stages;
+  std::vector<std::pair<std::string, std::string>> fallbacks;
+};
+
+/// A piece of a name template: text, a family dimension, a value, or the
+/// stack index written as a plain placeholder (renumbered per stage).
+struct NamePiece {
+  enum Kind { Text, Family, Value, Index };
+  Kind kind = Text;
+  std::string text; // Text; Family: the atom
+  Expr value = nullptr;
+};
+
+struct TermDecl {
+  enum Kind { Atom, Unit, Product, Parts };
+  Kind kind = Atom;
+  std::string atom;
+  std::vector<TermDecl> children;
+  struct Part {
+    std::string param; // dotted, relative to the layout's module; "": group
+    std::vector<TermDecl> shape;
+  };
+  std::vector<Part> parts;
+};
+
+struct TensorDecl {
+  std::vector<NamePiece> name;
+  std::string param; // the held parameter, or "" with a part set
+  std::vector<std::vector<TermDecl>> axes;
+  std::string forStack;
+  bool copy = false;
+  Expr copyIf = nullptr;
+  int64_t offset = 0;
+  std::optional<DType> stored;
+  std::vector<TensorSpec::ViewAxis> view;
+  std::optional<int> split;
+  std::string splitBy = "tp";
+  std::string on;
+  Expr when = nullptr;
+  bool whenReadsContext = false;
+  std::string where;
+};
+
+struct MountDecl {
+  std::string member;
+  Expr when = nullptr;
+  std::vector<NamePiece> path;
+  std::string where;
+};
+
+struct ShardDecl {
+  std::vector<std::string> params;
+  std::string dim;
+  std::vector<std::string> atoms;
+  std::string axis;
+  bool replicate = false;
+};
+
+struct DerivedDecl {
+  std::string name;
+  std::vector<std::string> sources;
+  bool hasRecompute = false;
+  std::vector<std::string> recompute;
+  Expr when = nullptr;
+  std::string where;
+};
+
+struct LayoutDecl {
+  std::string module;
+  std::optional<std::string> mount;
+  std::vector<TensorDecl> tensors;
+  std::vector<MountDecl> mounts;
+  std::vector<ShardDecl> shards;
+  std::vector<DerivedDecl> derived;
+};
+
+/// The module class a backend uses for one parallel role, with its
+/// properties (`sizes`, `returns`, `lora`, `input_is_parallel`).
+struct ClassDecl {
+  std::string role, name;
+  std::map<std::string, std::string> properties;
+};
+
+/// A backend with its bases folded in: the nearest declaration wins.
+struct BackendDecl {
+  std::string name;
+  std::vector<MeshAxis> mesh;
+  Expr vocabMultiple = nullptr;
+  Expr rankDir = nullptr;
+  std::vector<RequireDecl> requirements;
+  std::vector<std::pair<std::string, Expr>> capabilities;
+  std::vector<std::pair<std::string, std::vector<std::string>>> choices;
+  std::vector<ClassDecl> classes;
+  std::vector<LayoutDecl> layouts;
+};
+
+struct ModelDecl {
+  std::string name, spec;
+  /// The model first.
+  std::vector<ModuleDecl> modules;
+  const ModuleDecl *find(const std::string &module) const;
+};
+
+//===----------------------------------------------------------------------===//
+// Instances
+//===----------------------------------------------------------------------===//
+
+/// An HF config.json with `--set` overrides.
+class HFConfig {
+public:
+  static std::optional<HFConfig> load(const std::string &path,
+                                      std::string &error);
+  static HFConfig fromJson(json::Value root, std::string path);
+  /// `key=value`: applies to every hf() path equal to key or ending in
+  /// `.key`; value is JSON, or else a string.
+  void addOverride(const std::string &key, const std::string &value);
+  const json::Value *lookup(std::string_view path) const;
+  const std::string &path() const { return filePath; }
+
+private:
+  std::string filePath;
+  json::Value root;
+  std::vector<std::pair<std::string, json::Value>> overrides;
+};
+
+/// One concrete parameter of an instance.
+struct ParamInstance {
+  std::string path;
+  const ParamDecl *decl = nullptr;
+  bool bias = false;
+  std::vector<std::vector<std::string>> axes;
+  std::vector<int64_t> sizes;
+  DType dtype = DType::BF16;
+  std::string style;
+  std::vector<std::string> styleAtoms;
+  std::string styleDim;
+  std::string expert;
+  std::string stage; // "first", "last", "all" or a stack index
+};
+
+class Instance {
+public:
+  const ModuleDecl *module = nullptr;
+  std::string path, stage;
+  Instance *parent = nullptr;
+  std::string stackName;
+  int64_t stackIndex = -1;
+  std::map<std::string, std::unique_ptr<Instance>> instances;
+  std::map<std::string, std::vector<std::unique_ptr<Instance>>> stacks;
+  std::vector<ParamInstance> params;
+  /// The declaration order of children, for walks.
+  std::vector<std::string> childOrder;
+
+  /// The value of a name of this instance's module.
+  Value get(const std::string &name);
+  std::string describe() const;
+
+private:
+  friend class Model;
+  friend class Eval;
+  class Model *model = nullptr;
+  std::map<std::string, Value> inputs, cache;
+  std::map<std::string, bool> inProgress;
+};
+
+/// A model instantiated for a config.
+class Model {
+public:
+  /// Instantiates `decl` for `config`; null with `error` set (the spec
+  /// location, then the message) on any failure.
+  static std::unique_ptr<Model> create(const ModelDecl &decl, HFConfig config,
+                                       std::string &error);
+
+  const ModelDecl &decl() const { return *modelDecl; }
+  const HFConfig &config() const { return hfConfig; }
+  Instance &root() { return *rootInstance; }
+  /// Visits every instance depth first, children in declaration order.
+  void walk(const std::function<void(Instance &)> &fn);
+
+private:
+  friend class Instance;
+  friend class Eval;
+  Model(const ModelDecl &decl, HFConfig config)
+      : modelDecl(&decl), hfConfig(std::move(config)) {}
+  void build(Instance &node);
+  void buildParams(Instance &node);
+  void buildChildren(Instance &node);
+  std::unique_ptr<Instance> makeChild(Instance &parent, const ChildDecl &c,
+                                      const std::string &path,
+                                      const Value *index);
+
+  const ModelDecl *modelDecl;
+  HFConfig hfConfig;
+  std::unique_ptr<Instance> rootInstance;
+  std::optional<DType> defaultDType;
+  std::map<std::string, std::string> placement;
+  std::string stagedStack;
+};
+
+/// What generated expressions read: the instance's names, the config, the
+/// parallel context and the backend's choices, and block arguments.
+class Eval {
+public:
+  Eval(Instance &scope, const RankContext *ctx = nullptr,
+       const std::map<std::string, std::string> *choices = nullptr,
+       std::vector<Value> args = {})
+      : scope(scope), ctx(ctx), choices(choices), args(std::move(args)) {}
+
+  Value get(const char *name) { return scope.get(name); }
+  Value hf(const char *path, const char *type);
+  Value context(const char *var);
+  Value choice(const char *name, const char *first);
+  bool is(const char *instance, const char *module);
+  const Value &arg(size_t i);
+  /// `v`, or an error when it is missing.
+  Value present(Value v);
+
+  Instance &scope;
+  const RankContext *ctx;
+  const std::map<std::string, std::string> *choices;
+  std::vector<Value> args;
+};
+
+// Operators for generated code; they throw EvalError.
+Value bin(Eval &e, BinaryOp op, const Value &l, const Value &r);
+bool truthy(Eval &e, const Value &v);
+Value neg(Eval &e, const Value &v);
+Value index(Eval &e, const Value &list, const Value &i);
+Value contains(Eval &e, const Value &list, const Value &v);
+Value builtin(Eval &e, const char *name, std::vector<Value> args);
+template <typename F> Value coalesce(Value a, F b) {
+  if (a.kind != Value::Missing)
+    return a;
+  Value r = b();
+  if (r.kind != Value::Missing)
+    return r;
+  a.triedKeys.insert(a.triedKeys.end(), r.triedKeys.begin(),
+                     r.triedKeys.end());
+  return a;
+}
+template <typename F> Value comprehend(Eval &e, const Value &src, F body) {
+  Value out = Value::listOf({});
+  for (const Value &x : e.present(src).list)
+    out.list.push_back(e.present(body(x)));
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Binding
+//===----------------------------------------------------------------------===//
+
+/// A model bound to a backend: its layout, and for each tensor the instance
+/// whose layout declares it.
+struct BoundLayout {
+  ModelLayout layout;
+  std::vector<Instance *> tensorNodes;
+  std::vector<const ParamInstance *> params;
+  /// "file:line:col" of each source id of the layout.
+  std::vector<std::string> sources;
+};
+
+/// Binds `model` to `backend` with the given choices (others take their
+/// first option); nothing, with `error` set, on failure.
+std::optional<BoundLayout>
+bindModel(Model &model, const BackendDecl &backend,
+          const std::map<std::string, std::string> &choices,
+          std::string &error);
+
+} // namespace mdl::rt
+
+#endif // MDL_RUNTIME_MODEL_H

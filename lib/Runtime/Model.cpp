@@ -1,0 +1,963 @@
+//===- Model.cpp - Instantiating and binding generated models -------------===//
+//
+// The same semantics as the compiler's instantiation and binding
+// (lib/Evaluate), over the declarations generated code gives: values on
+// demand and memoized per instance, parameters with concrete sizes, children
+// by the first case whose guard holds; then tensors named from the mounts
+// above them, parts resolved to parameters, splits from styles and shard
+// entries. Errors travel as EvalError inside and come out as a message that
+// starts with the spec location.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mdl/Runtime/Model.h"
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+using namespace mdl;
+using namespace mdl::rt;
+
+namespace {
+constexpr size_t kMaxParams = size_t(1) << 24;
+
+[[noreturn]] void fail(const std::string &where, const std::string &message) {
+  throw EvalError{where.empty() ? message : where + ": " + message};
+}
+
+/// Rethrows an error of evaluating something declared at `where` with that
+/// location in front, unless it has one already.
+template <typename F> auto at(const std::string &where, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (EvalError &e) {
+    if (e.message.rfind(where, 0) != 0 && e.message.find(".mdl:") ==
+                                              std::string::npos)
+      e.message = where + ": " + e.message;
+    throw;
+  }
+}
+} // namespace
+
+const ModuleDecl *ModelDecl::find(const std::string &module) const {
+  for (const ModuleDecl &m : modules)
+    if (m.name == module)
+      return &m;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// HFConfig
+//===----------------------------------------------------------------------===//
+
+std::optional<HFConfig> HFConfig::load(const std::string &path,
+                                       std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot read HF config '" + path + "'";
+    return std::nullopt;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  json::ParseError err;
+  std::optional<json::Value> root = json::parse(text.str(), err);
+  if (!root) {
+    error = path + ":" + std::to_string(err.line) + ":" +
+            std::to_string(err.column) + ": invalid JSON: " + err.message;
+    return std::nullopt;
+  }
+  if (root->kind() != json::Value::Object) {
+    error = path + ": an HF config holds a JSON object";
+    return std::nullopt;
+  }
+  return fromJson(std::move(*root), path);
+}
+
+HFConfig HFConfig::fromJson(json::Value root, std::string path) {
+  HFConfig c;
+  c.root = std::move(root);
+  c.filePath = std::move(path);
+  return c;
+}
+
+void HFConfig::addOverride(const std::string &key, const std::string &value) {
+  json::ParseError err;
+  std::optional<json::Value> v = json::parse(value, err);
+  overrides.push_back({key, v ? *v : json::Value::string(value)});
+}
+
+const json::Value *HFConfig::lookup(std::string_view path) const {
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+    const std::string &k = it->first;
+    if (path == k || (path.size() > k.size() &&
+                      path.substr(path.size() - k.size()) == k &&
+                      path[path.size() - k.size() - 1] == '.'))
+      return &it->second;
+  }
+  const json::Value *v = &root;
+  size_t start = 0;
+  while (v && start <= path.size()) {
+    size_t dot = path.find('.', start);
+    std::string_view part = path.substr(
+        start, dot == std::string_view::npos ? std::string_view::npos
+                                             : dot - start);
+    v = v->get(part);
+    if (dot == std::string_view::npos)
+      break;
+    start = dot + 1;
+  }
+  return v;
+}
+
+//===----------------------------------------------------------------------===//
+// Evaluation
+//===----------------------------------------------------------------------===//
+
+Value Eval::present(Value v) {
+  if (v.kind == Value::Missing)
+    throw EvalError{missingMessage(scope.model->config().path(), v)};
+  return v;
+}
+
+Value Eval::hf(const char *path, const char *type) {
+  const json::Value *j = scope.model->config().lookup(path);
+  if (!j || j->isNull())
+    return Value::missing({path});
+  Value out;
+  std::string error;
+  if (!valueFromJson(*j, type, out, error)) {
+    std::string where = path;
+    while (!error.empty() && error[0] == '[') {
+      size_t close = error.find(']');
+      where += error.substr(0, close + 1);
+      error = error.substr(close + 1);
+    }
+    if (!error.empty() && error[0] == ' ')
+      error.erase(0, 1);
+    throw EvalError{"'" + where + "' in '" + scope.model->config().path() +
+                    "' " + error};
+  }
+  return out;
+}
+
+Value Eval::context(const char *var) {
+  if (!ctx)
+    throw EvalError{std::string("'") + var +
+                    "' depends on the parallel configuration, which is not "
+                    "known here"};
+  ContextVar v = *parseContextVar(var);
+  int64_t x = contextValue(*ctx, v);
+  return isBoolContextVar(v) ? Value::boolean(x) : Value::integer(x);
+}
+
+Value Eval::choice(const char *name, const char *first) {
+  if (choices)
+    if (auto it = choices->find(name); it != choices->end())
+      return Value::string(it->second);
+  return Value::string(first);
+}
+
+bool Eval::is(const char *instance, const char *module) {
+  auto it = scope.instances.find(instance);
+  return it != scope.instances.end() && it->second->module->name == module;
+}
+
+const Value &Eval::arg(size_t i) {
+  if (i >= args.size())
+    throw EvalError{"internal error: unbound block argument"};
+  return args[i];
+}
+
+Value mdl::rt::bin(Eval &e, BinaryOp op, const Value &l, const Value &r) {
+  Value out;
+  std::string error;
+  if (!applyBinary(op, e.present(l), e.present(r), out, error))
+    throw EvalError{error};
+  return out;
+}
+
+bool mdl::rt::truthy(Eval &e, const Value &v) { return e.present(v).i != 0; }
+
+Value mdl::rt::neg(Eval &e, const Value &v) {
+  Value out;
+  std::string error;
+  if (!applyNeg(e.present(v), out, error))
+    throw EvalError{error};
+  return out;
+}
+
+Value mdl::rt::index(Eval &e, const Value &list, const Value &i) {
+  Value out;
+  std::string error;
+  if (!applyIndex(e.present(list), e.present(i), out, error))
+    throw EvalError{error};
+  return out;
+}
+
+Value mdl::rt::contains(Eval &e, const Value &list, const Value &v) {
+  return Value::boolean(applyContains(e.present(list), e.present(v)));
+}
+
+Value mdl::rt::builtin(Eval &e, const char *name, std::vector<Value> args) {
+  for (Value &a : args)
+    a = e.present(std::move(a));
+  Value out;
+  std::string error;
+  if (!applyBuiltin(name, args, out, error))
+    throw EvalError{error};
+  return out;
+}
+
+/// Evaluates `expr` in `scope`; `dflt` when there is none. A missing value
+/// is an error here.
+static Value evalOne(Instance &scope, Expr expr, const Value &dflt,
+                     const RankContext *ctx = nullptr,
+                     const std::map<std::string, std::string> *choices = nullptr,
+                     std::vector<Value> args = {}) {
+  if (!expr)
+    return dflt;
+  Eval e(scope, ctx, choices, std::move(args));
+  return e.present(expr(e));
+}
+
+//===----------------------------------------------------------------------===//
+// Instance
+//===----------------------------------------------------------------------===//
+
+std::string Instance::describe() const {
+  return (path.empty() ? "the model" : path) + " (" + module->name + ")";
+}
+
+Value Instance::get(const std::string &name) {
+  if (auto it = cache.find(name); it != cache.end())
+    return it->second;
+  const ValueDecl *decl = nullptr;
+  for (const ValueDecl &v : module->values)
+    if (v.name == name)
+      decl = &v;
+  if (!decl)
+    throw EvalError{"'" + name + "' is not defined in '" + module->name + "'"};
+  if (inProgress[name])
+    throw EvalError{"'" + name + "' depends on itself"};
+  inProgress[name] = true;
+  struct Done {
+    std::map<std::string, bool> &m;
+    const std::string &n;
+    ~Done() { m[n] = false; }
+  } done{inProgress, name};
+
+  Value result = at(decl->where, [&]() -> Value {
+    if (decl->kind == ValueDecl::Input) {
+      if (auto it = inputs.find(name); it != inputs.end())
+        return it->second;
+      return evalOne(*this, decl->expr, Value());
+    }
+    if (!decl->factors.empty()) {
+      int64_t size = 1;
+      for (const std::string &f : decl->factors)
+        if (__builtin_mul_overflow(size, get(f).i, &size))
+          throw EvalError{"the size of dimension '" + name +
+                          "' does not fit in 64 bits"};
+      return Value::integer(size);
+    }
+    return evalOne(*this, decl->expr, Value());
+  });
+  if (decl->kind == ValueDecl::Dim && result.i <= 0)
+    fail(decl->where, "dimension '" + name + "' of " + describe() +
+                          " has size " + std::to_string(result.i) +
+                          "; sizes must be positive");
+  cache[name] = result;
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Model
+//===----------------------------------------------------------------------===//
+
+std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
+                                     std::string &error) {
+  std::unique_ptr<Model> m(new Model(decl, std::move(config)));
+  const ModuleDecl &top = decl.modules.front();
+  m->rootInstance = std::make_unique<Instance>();
+  Instance &root = *m->rootInstance;
+  root.module = &top;
+  root.model = m.get();
+  root.stage = "all";
+  for (const std::string &f : top.first)
+    m->placement[f] = "first";
+  for (const std::string &l : top.last)
+    m->placement[l] = "last";
+  m->stagedStack = top.stages;
+  try {
+    if (top.defaultDType)
+      m->defaultDType =
+          at(top.where, [&] { return evalOne(root, top.defaultDType, {}); })
+              .dtype;
+    m->build(root);
+  } catch (EvalError &e) {
+    error = e.message;
+    return nullptr;
+  }
+  return m;
+}
+
+void Model::build(Instance &node) {
+  for (const ValueDecl &v : node.module->values)
+    node.get(v.name);
+  for (const RequireDecl &r : node.module->requirements)
+    if (!at(r.where, [&] { return evalOne(node, r.cond, {}); }).i)
+      fail(r.where, "requirement failed: " + r.message +
+                        (node.parent ? " (in " + node.describe() + ")" : ""));
+  buildParams(node);
+  buildChildren(node);
+}
+
+void Model::buildParams(Instance &node) {
+  auto prefix = [&](const std::string &name) {
+    return node.path.empty() ? name : node.path + "." + name;
+  };
+  auto stageOf = [&](const std::string &member) {
+    if (node.parent)
+      return node.stage;
+    auto it = placement.find(member);
+    return it == placement.end() ? std::string("all") : it->second;
+  };
+  auto add = [&](const ParamDecl &d, ParamInstance p,
+                 const std::vector<std::vector<std::string>> &axes) {
+    int64_t n = 1;
+    for (const auto &axis : axes) {
+      for (const std::string &atom : axis) {
+        int64_t size = node.get(atom).i;
+        p.sizes.push_back(size);
+        if (__builtin_mul_overflow(n, size, &n))
+          fail(d.where, "parameter '" + p.path +
+                            "' has more elements than fit in 64 bits");
+      }
+      p.axes.push_back(axis);
+    }
+    if (d.dtype)
+      p.dtype = *d.dtype;
+    else if (defaultDType)
+      p.dtype = *defaultDType;
+    else
+      fail(d.where, "parameter '" + p.path +
+                        "' has no dtype: give it one, or give the model a "
+                        "default with `dtype = bf16;`");
+    node.params.push_back(std::move(p));
+  };
+  for (const ParamDecl &d : node.module->params) {
+    if (!at(d.where,
+            [&] { return evalOne(node, d.cond, Value::boolean(true)); })
+             .i)
+      continue;
+    ParamInstance p;
+    p.path = prefix(d.name);
+    p.decl = &d;
+    p.style = d.style;
+    p.styleAtoms = d.styleAtoms;
+    p.styleDim = d.styleDim;
+    p.expert = d.expert;
+    p.stage = stageOf(d.name);
+    ParamInstance b = p;
+    add(d, std::move(p), d.axes);
+    if (!d.linear || !d.bias ||
+        !at(d.where,
+            [&] { return evalOne(node, d.biasCond, Value::boolean(true)); })
+             .i)
+      continue;
+    b.path += ".bias";
+    b.bias = true;
+    // A row-parallel bias is added after the reduction: it is not split.
+    if (b.style == "row")
+      b.style = "replicated";
+    add(d, std::move(b), d.biasAxes);
+  }
+}
+
+std::unique_ptr<Instance> Model::makeChild(Instance &parent,
+                                           const ChildDecl &c,
+                                           const std::string &path,
+                                           const Value *index) {
+  std::vector<Value> args;
+  if (index)
+    args.push_back(*index);
+  for (const CaseDecl &k : c.cases) {
+    if (k.guard && !at(c.where, [&] {
+          return evalOne(parent, k.guard, {}, nullptr, nullptr, args);
+        }).i)
+      continue;
+    const ModuleDecl *callee = modelDecl->find(k.module);
+    if (!callee)
+      fail(c.where, "internal error: unknown module '" + k.module + "'");
+    auto child = std::make_unique<Instance>();
+    child->module = callee;
+    child->parent = &parent;
+    child->model = this;
+    child->path = path;
+    for (const auto &[name, expr] : k.args)
+      child->inputs[name] = at(c.where, [&] {
+        return evalOne(parent, expr, {}, nullptr, nullptr, args);
+      });
+    return child;
+  }
+  fail(c.where, "no case of '" + c.name + "' applies" +
+                    (index ? " at index " + std::to_string(index->i) : ""));
+}
+
+void Model::buildChildren(Instance &node) {
+  auto childPath = [&](const std::string &name) {
+    return node.path.empty() ? name : node.path + "." + name;
+  };
+  for (const ChildDecl &c : node.module->children) {
+    if (!c.stack) {
+      if (!at(c.where,
+              [&] { return evalOne(node, c.cond, Value::boolean(true)); })
+               .i)
+        continue;
+      std::unique_ptr<Instance> child =
+          makeChild(node, c, childPath(c.name), nullptr);
+      auto it = placement.find(c.name);
+      child->stage =
+          node.parent || it == placement.end() ? node.stage : it->second;
+      build(*child);
+      node.childOrder.push_back(c.name);
+      node.instances[c.name] = std::move(child);
+      continue;
+    }
+    int64_t count =
+        at(c.where, [&] { return evalOne(node, c.count, {}); }).i;
+    if (count < 0 || count > kMaxStackLength)
+      fail(c.where, "stack '" + c.name + "' has length " +
+                        std::to_string(count) + "; it must be between 0 and " +
+                        std::to_string(kMaxStackLength));
+    auto &elements = node.stacks[c.name];
+    node.childOrder.push_back(c.name);
+    bool staged = !node.parent && c.name == stagedStack;
+    auto it = placement.find(c.name);
+    for (int64_t i = 0; i < count; ++i) {
+      Value index = Value::integer(i);
+      std::unique_ptr<Instance> child = makeChild(
+          node, c, childPath(c.name) + "." + std::to_string(i), &index);
+      child->stackName = c.name;
+      child->stackIndex = i;
+      child->stage = staged                                   ? std::to_string(i)
+                     : !node.parent && it != placement.end() ? it->second
+                                                             : node.stage;
+      build(*child);
+      elements.push_back(std::move(child));
+    }
+  }
+}
+
+void Model::walk(const std::function<void(Instance &)> &fn) {
+  std::function<void(Instance &)> visit = [&](Instance &n) {
+    fn(n);
+    for (const std::string &name : n.childOrder) {
+      if (auto it = n.instances.find(name); it != n.instances.end())
+        visit(*it->second);
+      if (auto it = n.stacks.find(name); it != n.stacks.end())
+        for (auto &c : it->second)
+          visit(*c);
+    }
+  };
+  visit(*rootInstance);
+}
+
+//===----------------------------------------------------------------------===//
+// Binding
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+Placement placementOf(const std::string &stage) {
+  Placement p;
+  if (stage == "first")
+    p.kind = Placement::First;
+  else if (stage == "last")
+    p.kind = Placement::Last;
+  else if (stage == "all" || stage.empty())
+    p.kind = Placement::All;
+  else {
+    p.kind = Placement::Layer;
+    p.layer = std::stoll(stage);
+  }
+  return p;
+}
+
+std::vector<NameSegment> join(const std::vector<NameSegment> &prefix,
+                              const std::vector<NameSegment> &name) {
+  std::vector<NameSegment> out = prefix;
+  bool nameEmpty = name.empty() || (name.size() == 1 &&
+                                    name[0].kind == NameSegment::Text &&
+                                    name[0].text.empty());
+  if (!prefix.empty() && !nameEmpty) {
+    NameSegment dot;
+    dot.text = ".";
+    out.push_back(dot);
+  }
+  if (!nameEmpty)
+    out.insert(out.end(), name.begin(), name.end());
+  return out;
+}
+
+class Binder {
+public:
+  Binder(Model &model, const BackendDecl &backend,
+         std::shared_ptr<std::map<std::string, std::string>> choices,
+         BoundLayout &out)
+      : model(model), backend(backend), choices(std::move(choices)),
+        out(out) {
+    for (const LayoutDecl &l : backend.layouts)
+      layouts[l.module] = &l;
+  }
+
+  void run() {
+    const ModuleDecl &top = model.decl().modules.front();
+    out.layout.model = model.decl().name;
+    out.layout.backend = backend.name;
+    out.layout.mesh = backend.mesh;
+    out.layout.hasPipeline = !top.stages.empty() || !top.first.empty() ||
+                             !top.last.empty();
+    bindParams();
+    bindBackend();
+    bindNode(model.root(), {});
+    for (auto &[name, value] : *choices)
+      out.layout.choices[name] = value;
+  }
+
+private:
+  int source(const std::string &where) {
+    out.sources.push_back(where);
+    return int(out.sources.size() - 1);
+  }
+  const LayoutDecl *layoutFor(const Instance &node) const {
+    auto it = layouts.find(node.module->name);
+    return it == layouts.end() ? nullptr : it->second;
+  }
+  int findParam(Instance &node, const std::string &dotted) {
+    std::string path = node.path.empty() ? dotted : node.path + "." + dotted;
+    auto it = paramIndex.find(path);
+    return it == paramIndex.end() ? -1 : it->second;
+  }
+  int unitOf(Instance *node) {
+    while (node && node->stackIndex < 0)
+      node = node->parent;
+    if (!node)
+      return -1;
+    auto [it, inserted] = units.try_emplace(node, int(units.size()));
+    if (inserted)
+      out.layout.unitIndex.push_back(node->stackIndex);
+    return it->second;
+  }
+
+  std::vector<Split> splitsOf(const ParamInstance &p) {
+    std::vector<Split> splits;
+    bool grouped = !p.expert.empty();
+    if (grouped) {
+      Split e;
+      e.atoms = {p.expert};
+      e.axis = MeshAxis::EP;
+      e.why = "expert dimension " + p.expert + " of " + p.path;
+      splits.push_back(e);
+    }
+    auto find = [&](const std::string &path) -> const ShardDecl * {
+      auto it = overrides.find(path);
+      return it == overrides.end() ? nullptr : it->second;
+    };
+    const ShardDecl *s = find(p.path);
+    if (!s && p.bias)
+      s = find(p.path.substr(0, p.path.size() - 5));
+    auto has = [&](const std::string &atom) {
+      for (const auto &axis : p.axes)
+        if (std::find(axis.begin(), axis.end(), atom) != axis.end())
+          return true;
+      return false;
+    };
+    if (s && std::all_of(s->atoms.begin(), s->atoms.end(), has)) {
+      Split t;
+      t.atoms = s->atoms;
+      t.axis = *parseMeshAxis(s->axis);
+      t.replicateWhenFewer = s->replicate;
+      t.why = "shard " + s->dim + " of " + p.path;
+      splits.push_back(t);
+      return splits;
+    }
+    if (p.style.empty() || p.style == "replicated")
+      return splits;
+    Split t;
+    t.atoms = p.styleAtoms;
+    t.axis = grouped ? MeshAxis::ETP : MeshAxis::TP;
+    t.why = p.style + "(" + p.styleDim + ") of " + p.path;
+    if (p.style == "vocab" && backend.vocabMultiple) {
+      Instance *root = &model.root();
+      Expr pad = backend.vocabMultiple;
+      auto ch = choices;
+      t.padMultiple = [root, pad, ch](const ParallelConfig &c) -> int64_t {
+        RankContext ctx;
+        ctx.config = c;
+        try {
+          int64_t v = evalOne(*root, pad, Value::integer(1), &ctx, ch.get()).i;
+          return v > 0 ? v : 1;
+        } catch (EvalError &) {
+          return 1;
+        }
+      };
+    }
+    splits.push_back(t);
+    return splits;
+  }
+
+  void bindParams() {
+    model.walk([&](Instance &node) {
+      if (const LayoutDecl *l = layoutFor(node))
+        for (const ShardDecl &s : l->shards)
+          for (const std::string &p : s.params)
+            overrides[node.path.empty() ? p : node.path + "." + p] = &s;
+    });
+    model.walk([&](Instance &node) {
+      for (const ParamInstance &p : node.params) {
+        Param rp;
+        rp.path = p.path;
+        rp.dtype = p.dtype;
+        for (const auto &axis : p.axes) {
+          rp.axisAtoms.push_back(int(axis.size()));
+          rp.atoms.insert(rp.atoms.end(), axis.begin(), axis.end());
+        }
+        rp.sizes = p.sizes;
+        rp.placement = placementOf(p.stage);
+        rp.unit = unitOf(&node);
+        rp.source = source(p.decl->where);
+        rp.splits = splitsOf(p);
+        paramIndex[p.path] = int(out.layout.params.size());
+        out.layout.params.push_back(std::move(rp));
+        out.params.push_back(&p);
+      }
+    });
+  }
+
+  void bindBackend() {
+    Instance *root = &model.root();
+    auto ch = choices;
+    for (const RequireDecl &r : backend.requirements) {
+      Expr cond = r.cond;
+      std::string message = r.message;
+      out.layout.requirements.push_back(
+          [root, cond, message, ch](
+              const ParallelConfig &c) -> std::optional<std::string> {
+            RankContext ctx;
+            ctx.config = c;
+            try {
+              if (evalOne(*root, cond, Value::boolean(true), &ctx, ch.get()).i)
+                return std::nullopt;
+            } catch (EvalError &) {
+            }
+            return message;
+          });
+    }
+    RankContext one;
+    for (const auto &[cap, expr] : backend.capabilities)
+      out.layout.capabilities[cap] =
+          evalOne(*root, expr, Value::boolean(false), &one, ch.get()).i;
+    model.walk([&](Instance &node) {
+      for (const NeedDecl &n : node.module->needs) {
+        ModelLayout::CapabilityNeed need;
+        need.instance = node.describe();
+        need.capability = n.capability;
+        need.fallback = n.fallback;
+        need.source = source(n.where);
+        out.layout.needs.push_back(need);
+      }
+    });
+    const ModuleDecl &top = model.decl().modules.front();
+    for (const auto &[wanted, fallback] : top.fallbacks) {
+      out.layout.lastStageNeeds.push_back(
+          {findParam(*root, wanted), findParam(*root, fallback)});
+      out.layout.lastStageNeedsWhy = wanted + " to compute logits, or a copy of " +
+                                     fallback + " when there is no " + wanted;
+    }
+  }
+
+  std::vector<NameSegment> render(Instance &node,
+                                  const std::vector<NamePiece> &pieces,
+                                  const Value *index, bool staged,
+                                  const std::string &where) {
+    std::vector<NameSegment> out;
+    std::vector<Value> args;
+    if (index)
+      args.push_back(*index);
+    for (const NamePiece &p : pieces) {
+      NameSegment seg;
+      switch (p.kind) {
+      case NamePiece::Text:
+        seg.text = p.text;
+        break;
+      case NamePiece::Family:
+        seg.kind = NameSegment::Family;
+        seg.atom = p.text;
+        break;
+      case NamePiece::Index:
+        if (staged && index) {
+          seg.kind = NameSegment::LayerIndex;
+          seg.layer = index->i;
+          break;
+        }
+        [[fallthrough]];
+      case NamePiece::Value: {
+        Value v = at(where, [&] {
+          return evalOne(node, p.value, {}, nullptr, choices.get(), args);
+        });
+        seg.text = v.kind == Value::String ? v.s : std::to_string(v.i);
+        break;
+      }
+      }
+      out.push_back(std::move(seg));
+    }
+    if (staged && index &&
+        std::none_of(out.begin(), out.end(), [](const NameSegment &s) {
+          return s.kind == NameSegment::LayerIndex;
+        }))
+      fail(where, "the mount of a pipelined stack must name its index as a "
+                  "plain placeholder, as in \"layers.{i}\", so that each "
+                  "stage can renumber it");
+    return out;
+  }
+
+  /// A term with its part set resolved to parameter indices; `dropped`
+  /// when every part of a set is absent.
+  Term term(const TermDecl &t, Instance &node, bool &dropped) {
+    Term out;
+    switch (t.kind) {
+    case TermDecl::Atom:
+      return Term::makeAtom(t.atom);
+    case TermDecl::Unit:
+      out.kind = Term::Unit;
+      return out;
+    case TermDecl::Product:
+      out.kind = Term::Product;
+      for (const TermDecl &c : t.children)
+        out.children.push_back(term(c, node, dropped));
+      return out;
+    case TermDecl::Parts:
+      out.kind = Term::Parts;
+      for (const TermDecl::Part &p : t.parts) {
+        Term::Part part;
+        if (p.param.empty()) {
+          bool groupDropped = false;
+          for (const TermDecl &c : p.shape)
+            part.shape.push_back(term(c, node, groupDropped));
+          if (!groupDropped)
+            out.parts.push_back(std::move(part));
+          continue;
+        }
+        part.param = findParam(node, p.param);
+        if (part.param < 0)
+          continue; // a part left out by a condition drops out of the set
+        for (const TermDecl &c : p.shape)
+          part.shape.push_back(term(c, node, dropped));
+        out.parts.push_back(std::move(part));
+      }
+      if (out.parts.empty())
+        dropped = true;
+      return out;
+    }
+    return out;
+  }
+
+  void bindTensor(Instance &node, const TensorDecl &d,
+                  const std::vector<NameSegment> &prefix, Instance *element) {
+    TensorSpec t;
+    t.source = source(d.where);
+    t.unit = unitOf(element ? element : &node);
+    std::vector<Value> args;
+    if (element)
+      args.push_back(Value::integer(element->stackIndex));
+    if (d.when) {
+      if (d.whenReadsContext) {
+        Instance *n = &node;
+        Expr when = d.when;
+        auto ch = choices;
+        t.when = [n, when, args, ch](const RankContext &ctx) {
+          try {
+            return evalOne(*n, when, {}, &ctx, ch.get(), args).i != 0;
+          } catch (EvalError &) {
+            return false;
+          }
+        };
+      } else if (!at(d.where, [&] {
+                   return evalOne(node, d.when, {}, nullptr, choices.get(),
+                                  args);
+                 }).i) {
+        return;
+      }
+    }
+    t.name = join(prefix, render(node, d.name, element ? &args.front() : nullptr,
+                                 false, d.where));
+    if (!d.param.empty()) {
+      t.param = findParam(node, d.param);
+      if (t.param < 0)
+        return; // the parameter does not exist here
+    }
+    bool dropped = false;
+    for (const auto &axis : d.axes) {
+      std::vector<Term> terms;
+      for (const TermDecl &c : axis)
+        terms.push_back(term(c, node, dropped));
+      t.axes.push_back(std::move(terms));
+    }
+    if (dropped)
+      return;
+    t.copy = d.copy;
+    if (d.copyIf)
+      t.copy = at(d.where, [&] {
+                 return evalOne(node, d.copyIf, {}, nullptr, choices.get(),
+                                args);
+               }).i != 0;
+    t.offset = d.offset;
+    t.stored = d.stored;
+    t.view = d.view;
+    if (d.split) {
+      t.splitAxis = *d.split;
+      t.splitBy = *parseMeshAxis(d.splitBy);
+    }
+    if (!d.on.empty())
+      t.on = placementOf(d.on);
+    else if (element)
+      t.on = placementOf(element->stage);
+    out.layout.tensors.push_back(std::move(t));
+    out.tensorNodes.push_back(element ? element : &node);
+  }
+
+  void bindNode(Instance &node, const std::vector<NameSegment> &prefix) {
+    const LayoutDecl *layout = layoutFor(node);
+    if (!layout && !node.params.empty())
+      fail(node.module->where, "module '" + node.module->name +
+                                   "' has parameters but no layout for "
+                                   "backend '" +
+                                   backend.name + "'");
+    if (layout) {
+      for (const DerivedDecl &d : layout->derived) {
+        if (!at(d.where, [&] {
+              return evalOne(node, d.when, Value::boolean(true), nullptr,
+                             choices.get());
+            }).i)
+          continue;
+        ModelLayout::DerivedTensor dt;
+        std::string p;
+        for (const NameSegment &seg : prefix)
+          p += seg.kind == NameSegment::Text ? seg.text
+                                             : std::to_string(seg.layer);
+        dt.name = p.empty() ? d.name : p + "." + d.name;
+        for (const std::string &s : d.sources) {
+          int index = findParam(node, s);
+          if (index >= 0)
+            dt.params.push_back(index);
+        }
+        dt.hasRecompute = d.hasRecompute;
+        dt.recompute = d.recompute;
+        dt.source = source(d.where);
+        out.layout.derived.push_back(std::move(dt));
+      }
+      for (const TensorDecl &t : layout->tensors) {
+        if (!t.forStack.empty()) {
+          auto it = node.stacks.find(t.forStack);
+          if (it != node.stacks.end())
+            for (auto &element : it->second)
+              bindTensor(node, t, prefix, element.get());
+          continue;
+        }
+        bindTensor(node, t, prefix, nullptr);
+      }
+    }
+    auto mountOf = [&](const std::string &member, Instance &child,
+                       const Value *index,
+                       bool staged) -> std::vector<NameSegment> {
+      if (layout)
+        for (const MountDecl &m : layout->mounts) {
+          if (m.member != member)
+            continue;
+          std::vector<Value> args;
+          if (index)
+            args.push_back(*index);
+          if (!at(m.where, [&] {
+                return evalOne(node, m.when, Value::boolean(true), nullptr,
+                               choices.get(), args);
+              }).i)
+            continue;
+          return render(node, m.path, index, staged, m.where);
+        }
+      std::vector<NameSegment> name;
+      NameSegment seg;
+      if (index) {
+        seg.text = member + ".";
+        name.push_back(seg);
+        NameSegment idx;
+        if (staged) {
+          idx.kind = NameSegment::LayerIndex;
+          idx.layer = index->i;
+        } else {
+          idx.text = std::to_string(index->i);
+        }
+        name.push_back(idx);
+        return name;
+      }
+      const LayoutDecl *childLayout = layoutFor(child);
+      seg.text = childLayout && childLayout->mount ? *childLayout->mount
+                                                   : member;
+      name.push_back(seg);
+      return name;
+    };
+    for (const std::string &member : node.childOrder) {
+      if (auto it = node.instances.find(member); it != node.instances.end()) {
+        bindNode(*it->second, join(prefix, mountOf(member, *it->second,
+                                                   nullptr, false)));
+        continue;
+      }
+      auto it = node.stacks.find(member);
+      if (it == node.stacks.end())
+        continue;
+      bool staged = !node.parent && !it->second.empty() &&
+                    it->second.front()->stage != node.stage &&
+                    placementOf(it->second.front()->stage).kind ==
+                        Placement::Layer;
+      for (auto &child : it->second) {
+        Value index = Value::integer(child->stackIndex);
+        bindNode(*child, join(prefix, mountOf(member, *child, &index, staged)));
+      }
+      if (staged)
+        out.layout.stagedLayers = int64_t(it->second.size());
+    }
+  }
+
+  Model &model;
+  const BackendDecl &backend;
+  std::shared_ptr<std::map<std::string, std::string>> choices;
+  BoundLayout &out;
+  std::map<std::string, const LayoutDecl *> layouts;
+  std::map<std::string, int> paramIndex;
+  std::map<std::string, const ShardDecl *> overrides;
+  std::map<Instance *, int> units;
+};
+
+} // namespace
+
+std::optional<BoundLayout>
+mdl::rt::bindModel(Model &model, const BackendDecl &backend,
+                   const std::map<std::string, std::string> &choices,
+                   std::string &error) {
+  auto bound = std::make_shared<std::map<std::string, std::string>>();
+  for (const auto &[name, options] : backend.choices) {
+    auto it = choices.find(name);
+    (*bound)[name] = it != choices.end() ? it->second : options.front();
+  }
+  BoundLayout out;
+  try {
+    Binder(model, backend, bound, out).run();
+  } catch (EvalError &e) {
+    error = e.message;
+    return std::nullopt;
+  }
+  return out;
+}

@@ -1,0 +1,80 @@
+//===- PrepareEmit.cpp - Make backends self-contained for emission --------===//
+
+#include "mdl/Evaluate/Bind.h"
+#include "mdl/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include <set>
+
+namespace mdl {
+#define GEN_PASS_DEF_PREPAREEMIT
+#include "mdl/Transforms/Passes.h.inc"
+} // namespace mdl
+
+using namespace mlir;
+using namespace mdl;
+
+namespace {
+
+/// What a backend op declares under a name or role, so that a base's
+/// declaration is copied only where the backend has none.
+std::string declKey(Operation &op) {
+  if (auto s = dyn_cast<SymbolOpInterface>(op))
+    return "symbol:" + s.getName().str();
+  if (auto c = dyn_cast<ClassOp>(op))
+    return "class:" + c.getRole().str();
+  if (auto c = dyn_cast<CapabilityOp>(op))
+    return "capability:" + c.getCapability().str();
+  return ""; // requirements: all of them apply
+}
+
+struct PrepareEmitPass
+    : public mdl::impl::PrepareEmitBase<PrepareEmitPass> {
+  void runOnOperation() override {
+    ModuleOp top = getOperation();
+    OpBuilder builder(top.getContext());
+    for (auto backend : top.getOps<BackendOp>())
+      flatten(top, backend, builder);
+    top.walk([](TensorOp t) {
+      if (!t.getWhen().empty() && readsContext(t.getWhen()))
+        t->setAttr("reads_context", UnitAttr::get(t.getContext()));
+    });
+  }
+
+  void flatten(ModuleOp top, BackendOp backend, OpBuilder &builder) {
+    std::set<std::string> declared;
+    for (Operation &op : backend.getBodyBlock())
+      declared.insert(declKey(op));
+    std::set<std::string> described;
+    for (auto l : top.getOps<LayoutOp>())
+      if (l.getBackend() == backend.getSymName())
+        described.insert(l.getModule().str());
+    std::set<Operation *> seen = {backend};
+    for (auto base = backend.getBase(); base;) {
+      auto b = dyn_cast_or_null<BackendOp>(
+          SymbolTable::lookupSymbolIn(top, *base));
+      if (!b || !seen.insert(b).second)
+        break;
+      if (backend.getMesh().empty())
+        backend.setMeshAttr(b.getMeshAttr());
+      builder.setInsertionPointToEnd(&backend.getBodyBlock());
+      for (Operation &op : b.getBodyBlock()) {
+        std::string key = declKey(op);
+        if (key.empty() || declared.insert(key).second)
+          builder.clone(op);
+      }
+      for (auto l : llvm::to_vector(top.getOps<LayoutOp>()))
+        if (l.getBackend() == b.getSymName() &&
+            described.insert(l.getModule().str()).second) {
+          builder.setInsertionPointAfter(l);
+          cast<LayoutOp>(builder.clone(*l)).setBackend(backend.getSymName());
+        }
+      base = b.getBase();
+    }
+    backend.removeBaseAttr();
+  }
+};
+
+} // namespace
