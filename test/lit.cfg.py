@@ -11,7 +11,8 @@ config.suffixes = [".mdl", ".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.mdl_obj_root, "test")
 # Inputs of tests are not tests themselves.
-config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "check_corpus.py"]
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt",
+                   "check_corpus.py", "reference.py", "roundtrip.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%models", os.path.join(config.mdl_src_root, "models")))
@@ -25,7 +26,7 @@ llvm_config.use_default_substitutions()
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 
 tool_dirs = [config.mdl_tools_dir, config.llvm_tools_dir]
-tools = ["mdlc", "mdl-opt", "mdl-safetensors"]
+tools = ["mdlc", "mdl-opt", "mdl-safetensors", "mdl-convert"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.mdl_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

@@ -415,8 +415,13 @@ int main(int argc, char **argv) {
   }
   std::unique_ptr<Binding> from =
       Binding::bind(instance, *fromDecl, sourceChoices, error);
+  // The storage variants travel with the checkpoint: a backend written
+  // from packed HF experts converts back to packed ones.
+  std::map<std::string, std::string> targetChoices = sourceChoices;
+  for (const auto &[k, v] : choicesGiven)
+    targetChoices[k] = v;
   std::unique_ptr<Binding> to =
-      from ? Binding::bind(instance, *toDecl, choicesGiven, error) : nullptr;
+      from ? Binding::bind(instance, *toDecl, targetChoices, error) : nullptr;
   if (!from || !to)
     return fail(error);
   for (auto [b, c, name] : {std::tuple{from.get(), source, fromName},
@@ -499,7 +504,7 @@ int main(int argc, char **argv) {
   plan.set("source", json::Value::string(inDir));
   plan.set("from", json::Value::string(fromName));
   json::Value choices = json::Value::object();
-  for (const auto &[k, v] : to->layout().choices)
+  for (const auto &[k, v] : targetChoices)
     choices.set(k, json::Value::string(v));
   plan.set("choices", std::move(choices));
   json::Value overrides = json::Value::object();

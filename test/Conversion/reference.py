@@ -1,0 +1,446 @@
+#!/usr/bin/env python3
+"""An independent reference for what each rank of a backend holds.
+
+Written directly from the layout facts (docs/research/layout-facts.md, the
+frameworks' weight loaders), with numpy slicing and concatenation: nothing
+here reads the compiler's IR or plans. Given an HF checkpoint, its config
+and a parallel configuration, it builds every tensor of a rank of
+mcore_te, mcore_local or vllm for the models of the library (qwen3,
+qwen3_moe, qwen3_5, qwen3_5_moe), and compares them byte for byte with the
+files mdl-convert wrote.
+
+  reference.py HF_DIR OUT_DIR --model M --backend B --tp N --pp N --ep N --etp N
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+NP = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32,
+      "F64": np.float64, "I64": np.int64, "I32": np.int32}
+
+
+def load(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        a = np.frombuffer(data[8 + n + b:8 + n + e], dtype=NP[t["dtype"]])
+        out[name] = (t["dtype"], a.reshape(t["shape"]))
+    return out
+
+
+def load_dir(d):
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            out.update(load(os.path.join(d, f)))
+    return out
+
+
+def chunk(a, axis, n, r):
+    """Rank r's even chunk of axis `axis` split n ways."""
+    assert a.shape[axis] % n == 0, (a.shape, axis, n)
+    return np.split(a, n, axis=axis)[r]
+
+
+def pad_rows(a, multiple):
+    rows = -(-a.shape[0] // multiple) * multiple
+    out = np.zeros((rows,) + a.shape[1:], dtype=a.dtype)
+    out[:a.shape[0]] = a
+    return out
+
+
+class Reference:
+    def __init__(self, model, backend, config, hf, par):
+        self.model, self.backend, self.hf, self.par = model, backend, hf, par
+        self.text = config.get("text_config", config)
+        self.vision = config.get("vision_config")
+        self.tied = config.get("tie_word_embeddings",
+                               self.text.get("tie_word_embeddings", False))
+        self.out = {}
+        self.moe = "num_experts" in self.text
+        self.mcore = backend.startswith("mcore")
+
+    def w(self, name):
+        return self.hf[name][1]
+
+    # -- ranks and stages -------------------------------------------------
+    def coords(self, rank):
+        p = self.par
+        tp_rank = rank % p["tp"]
+        rest = rank // p["tp"]
+        return tp_rank, rest // p["ep"], rest % p["ep"]  # tp, pp, ep
+
+    def stages(self):
+        L = self.text["num_hidden_layers"]
+        n = self.par["pp"] * self.par["vpp"]
+        assert L % n == 0
+        return [list(range(v * L // n, (v + 1) * L // n)) for v in range(n)]
+
+    def put(self, name, array, chunk_index=None):
+        if self.par["vpp"] > 1 and chunk_index is not None:
+            name = "model%d.%s" % (chunk_index, name)
+        assert name not in self.out, name
+        self.out[name] = np.ascontiguousarray(array)
+
+    # -- building blocks, by the frameworks' rules -------------------------
+    def col(self, a, tp_rank, tp=None):
+        return chunk(a, 0, tp or self.par["tp"], tp_rank)
+
+    def row(self, a, tp_rank, tp=None):
+        return chunk(a, 1, tp or self.par["tp"], tp_rank)
+
+    def vocab(self, a, tp_rank):
+        tp = self.par["tp"]
+        multiple = 128 * tp if self.mcore else 64
+        padded = pad_rows(a, multiple)
+        return chunk(padded, 0, tp, tp_rank)
+
+    def attention(self, pre, t, gated):
+        """q/k/v/o of GQA attention; Megatron packs per query group
+        [q (P heads), gate (P heads, when gated), k, v]; vLLM packs a
+        rank's query heads (each [q_h; gate_h] as HF), then its kv heads."""
+        tc = self.text
+        N, G = tc["num_attention_heads"], tc["num_key_value_heads"]
+        H = tc["hidden_size"]
+        D = tc.get("head_dim", H // N)
+        P = N // G
+        tp = self.par["tp"]
+        q = self.w(pre + "q_proj.weight")
+        k = self.w(pre + "k_proj.weight").reshape(G, D, H)
+        v = self.w(pre + "v_proj.weight").reshape(G, D, H)
+        o = self.w(pre + "o_proj.weight")
+        if self.mcore:
+            qh = q.reshape(G, P, 2 if gated else 1, D, H)
+            parts = [qh[:, :, 0].reshape(G, P * D, H)]
+            if gated:
+                parts.append(qh[:, :, 1].reshape(G, P * D, H))
+            parts += [k, v]
+            qkv = np.concatenate(parts, axis=1)  # [G, rows of a group, H]
+            return chunk(qkv, 0, tp, t).reshape(-1, H), self.row(o, t)
+        # vLLM: query heads split over tp; kv heads replicated when tp > G.
+        qr = chunk(q.reshape(N, -1, H), 0, tp, t).reshape(-1, H)
+        kv_rank = t * G // tp if tp > G else t
+        kvn = 1 if tp > G else G // tp
+        kr = k[kv_rank * kvn:(kv_rank + 1) * kvn].reshape(-1, H)
+        vr = v[kv_rank * kvn:(kv_rank + 1) * kvn].reshape(-1, H)
+        return np.concatenate([qr, kr, vr]), self.row(o, t)
+
+    def gated_mlp(self, gate, up, down, t, tp=None):
+        """[gate_r; up_r] and down's columns."""
+        fc1 = np.concatenate([self.col(gate, t, tp), self.col(up, t, tp)])
+        return fc1, self.row(down, t, tp)
+
+    def gdn(self, pre, t):
+        """Megatron: in_proj rank = [Q_r, K_r, V_r, Z_r, b_r, a_r]; vLLM:
+        in_proj_qkvz = [q_r; k_r; v_r; z_r], in_proj_ba = [b_r; a_r]; conv1d
+        rows [q_r; k_r; v_r]; A_log, dt_bias split; out_norm stores w - 1 in
+        Megatron."""
+        tc = self.text
+        Hk, Dk = tc["linear_num_key_heads"], tc["linear_key_head_dim"]
+        Hv, Dv = tc["linear_num_value_heads"], tc["linear_value_head_dim"]
+        qkv = self.w(pre + "in_proj_qkv.weight")
+        q, k, v = np.split(qkv, [Hk * Dk, 2 * Hk * Dk])
+        z = self.w(pre + "in_proj_z.weight")
+        b, a = self.w(pre + "in_proj_b.weight"), self.w(pre + "in_proj_a.weight")
+        conv = self.w(pre + "conv1d.weight")
+        cq, ck, cv = np.split(conv, [Hk * Dk, 2 * Hk * Dk])
+        c = lambda x: self.col(x, t)
+        res = {}
+        if self.mcore:
+            res["in_proj.weight"] = np.concatenate([c(q), c(k), c(v), c(z),
+                                                    c(b), c(a)])
+            res["out_norm.weight"] = (self.w(pre + "norm.weight") -
+                                      np.float32(1)).astype(np.float32)
+        else:
+            res["in_proj_qkvz.weight"] = np.concatenate([c(q), c(k), c(v), c(z)])
+            res["in_proj_ba.weight"] = np.concatenate([c(b), c(a)])
+            res["norm.weight"] = self.w(pre + "norm.weight")
+        res["conv1d.weight"] = np.concatenate([c(cq), c(ck), c(cv)])
+        res["A_log"] = c(self.w(pre + "A_log"))
+        res["dt_bias"] = c(self.w(pre + "dt_bias"))
+        res["out_proj.weight"] = self.row(self.w(pre + "out_proj.weight"), t)
+        return res
+
+    def experts(self, pre, t, ep_rank, per_expert_prefix):
+        """Routed experts: the EP rank's experts, each F split over etp
+        (etp rank = tp rank % etp)."""
+        tc = self.text
+        E = tc["num_experts"]
+        H = tc["hidden_size"]
+        ep, etp = self.par["ep"], self.par["etp"]
+        if self.backend == "vllm":
+            ep, etp = 1, self.par["tp"]
+        et = t % etp
+        local = range(ep_rank * E // ep, (ep_rank + 1) * E // ep)
+        if per_expert_prefix + "0.gate_proj.weight" in self.hf:
+            gate = [self.w(per_expert_prefix + "%d.gate_proj.weight" % e) for e in range(E)]
+            up = [self.w(per_expert_prefix + "%d.up_proj.weight" % e) for e in range(E)]
+            down = [self.w(per_expert_prefix + "%d.down_proj.weight" % e) for e in range(E)]
+        else:  # packed: gate_up [E, 2F, H] gate rows first; down [E, H, F]
+            gu = self.w(per_expert_prefix + "gate_up_proj")
+            F = gu.shape[1] // 2
+            gate = [gu[e, :F] for e in range(E)]
+            up = [gu[e, F:] for e in range(E)]
+            down = [self.w(per_expert_prefix + "down_proj")[e] for e in range(E)]
+        fc1 = {e: self.gated_mlp(gate[e], up[e], down[e], et, etp) for e in local}
+        res = {}
+        if self.backend == "mcore_te":
+            for i, e in enumerate(local):
+                res["experts.linear_fc1.weight%d" % i] = fc1[e][0]
+                res["experts.linear_fc2.weight%d" % i] = fc1[e][1]
+        elif self.backend == "mcore_local":
+            # GroupedMLP: weight1's memory is [E, H, 2F_r] (each expert's
+            # fc1 transposed, columns [gate_r | up_r]), declared [H, E*2F_r];
+            # weight2 is [E*F_r, H] (each expert's fc2 transposed).
+            w1 = np.stack([fc1[e][0].T for e in local])
+            res["experts.weight1"] = w1.reshape(H, -1)
+            res["experts.weight2"] = np.concatenate([fc1[e][1].T for e in local])
+        else:
+            res["experts.w13_weight"] = np.stack([fc1[e][0] for e in local])
+            res["experts.w2_weight"] = np.stack([fc1[e][1] for e in local])
+        return res
+
+    # -- a decoder layer -----------------------------------------------------
+    def layer(self, hfpre, out, t, ep_rank, gated, kind, sparse, ci):
+        mc = self.mcore
+        put = lambda n, a: self.put(out + n, a, ci)
+        attn = "self_attention." if mc else ("self_attn." if kind == "full_attention" else "linear_attn.")
+        ln_in = self.w(hfpre + "input_layernorm.weight")
+        ln_post = self.w(hfpre + "post_attention_layernorm.weight")
+        if kind == "full_attention":
+            qkv, proj = self.attention(hfpre + "self_attn.", t, gated)
+            if mc:
+                put(attn + "linear_qkv.weight", qkv)
+                put(attn + "linear_proj.weight", proj)
+                put(attn + "q_layernorm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
+                put(attn + "k_layernorm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
+            else:
+                put(attn + "qkv_proj.weight", qkv)
+                put(attn + "o_proj.weight", proj)
+                put(attn + "q_norm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
+                put(attn + "k_norm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
+        else:
+            for n, a in self.gdn(hfpre + "linear_attn.", t).items():
+                put(attn + n, a)
+        fused = self.backend == "mcore_te"
+        if mc and fused:
+            put(attn + ("linear_qkv" if kind == "full_attention" else "in_proj") +
+                ".layer_norm_weight", ln_in)
+        elif mc:
+            put("input_layernorm.weight", ln_in)
+        else:
+            put("input_layernorm.weight", ln_in)
+            put("post_attention_layernorm.weight", ln_post)
+        mlp = hfpre + "mlp."
+        if not sparse:
+            fc1, fc2 = self.gated_mlp(self.w(mlp + "gate_proj.weight"),
+                                      self.w(mlp + "up_proj.weight"),
+                                      self.w(mlp + "down_proj.weight"), t)
+            if mc:
+                put("mlp.linear_fc1.weight", fc1)
+                put("mlp.linear_fc2.weight", fc2)
+                if fused:
+                    put("mlp.linear_fc1.layer_norm_weight", ln_post)
+                else:
+                    put("pre_mlp_layernorm.weight", ln_post)
+            else:
+                put("mlp.gate_up_proj.weight", fc1)
+                put("mlp.down_proj.weight", fc2)
+            return
+        if mc:
+            put("pre_mlp_layernorm.weight", ln_post)
+            put("mlp.router.weight", self.w(mlp + "gate.weight"))
+        else:
+            put("mlp.gate.weight", self.w(mlp + "gate.weight"))
+        for n, a in self.experts(mlp, t, ep_rank, mlp + "experts.").items():
+            put("mlp." + n, a)
+        if mlp + "shared_expert.gate_proj.weight" in self.hf:
+            s = mlp + "shared_expert."
+            fc1, fc2 = self.gated_mlp(self.w(s + "gate_proj.weight"),
+                                      self.w(s + "up_proj.weight"),
+                                      self.w(s + "down_proj.weight"), t)
+            if mc:
+                put("mlp.shared_experts.linear_fc1.weight", fc1)
+                put("mlp.shared_experts.linear_fc2.weight", fc2)
+                put("mlp.shared_experts.gate_weight", self.w(mlp + "shared_expert_gate.weight"))
+            else:
+                put("mlp.shared_expert.gate_up_proj.weight", fc1)
+                put("mlp.shared_expert.down_proj.weight", fc2)
+                put("mlp.shared_expert_gate.weight", self.w(mlp + "shared_expert_gate.weight"))
+
+    # -- the vision tower ---------------------------------------------------
+    def vision_tower(self, t, ci):
+        vc = self.vision
+        Nh, D = vc["num_heads"], vc["hidden_size"]
+        Dh = D // Nh
+        mc = self.mcore
+        pre = "model.visual."
+        out = "vision_model." if mc else "visual."
+        put = lambda n, a: self.put(out + n, a, ci)
+        for n in ["patch_embed.proj.weight", "patch_embed.proj.bias", "pos_embed.weight"]:
+            put(n, self.w(pre + n))
+        for i in range(vc["depth"]):
+            b = pre + "blocks.%d." % i
+            o = "decoder.layers.%d." % i if mc else "blocks.%d." % i
+            qkv = self.w(b + "attn.qkv.weight").reshape(3, Nh, Dh, D)
+            qkvb = self.w(b + "attn.qkv.bias").reshape(3, Nh, Dh)
+            if mc:  # per head [q_h; k_h; v_h], heads split over tp
+                w = chunk(qkv.transpose(1, 0, 2, 3), 0, self.par["tp"], t).reshape(-1, D)
+                bb = chunk(qkvb.transpose(1, 0, 2), 0, self.par["tp"], t).reshape(-1)
+                names = ("self_attention.linear_qkv.", "self_attention.linear_proj.",
+                         "mlp.linear_fc1.", "mlp.linear_fc2.")
+            else:  # [q_r; k_r; v_r]
+                w = chunk(qkv, 1, self.par["tp"], t).reshape(-1, D)
+                bb = chunk(qkvb, 1, self.par["tp"], t).reshape(-1)
+                names = ("attn.qkv.", "attn.proj.", "mlp.linear_fc1.", "mlp.linear_fc2.")
+            put(o + names[0] + "weight", w)
+            put(o + names[0] + "bias", bb)
+            put(o + names[1] + "weight", self.row(self.w(b + "attn.proj.weight"), t))
+            put(o + names[1] + "bias", self.w(b + "attn.proj.bias"))
+            put(o + names[2] + "weight", self.col(self.w(b + "mlp.linear_fc1.weight"), t))
+            put(o + names[2] + "bias", self.col(self.w(b + "mlp.linear_fc1.bias"), t))
+            put(o + names[3] + "weight", self.row(self.w(b + "mlp.linear_fc2.weight"), t))
+            put(o + names[3] + "bias", self.w(b + "mlp.linear_fc2.bias"))
+            norms = {"mcore_te": ("self_attention.linear_qkv.layer_norm_", "mlp.linear_fc1.layer_norm_"),
+                     "mcore_local": ("input_layernorm.", "pre_mlp_layernorm."),
+                     "vllm": ("norm1.", "norm2.")}[self.backend]
+            for hfn, n in (("norm1.", norms[0]), ("norm2.", norms[1])):
+                put(o + n + "weight", self.w(b + hfn + "weight"))
+                put(o + n + "bias", self.w(b + hfn + "bias"))
+        mn = "merger.patch_norm." if mc else "merger.norm."
+        put(mn + "weight", self.w(pre + "merger.norm.weight"))
+        put(mn + "bias", self.w(pre + "merger.norm.bias"))
+        put("merger.linear_fc1.weight", self.col(self.w(pre + "merger.linear_fc1.weight"), t))
+        put("merger.linear_fc1.bias", self.col(self.w(pre + "merger.linear_fc1.bias"), t))
+        put("merger.linear_fc2.weight", self.row(self.w(pre + "merger.linear_fc2.weight"), t))
+        put("merger.linear_fc2.bias", self.w(pre + "merger.linear_fc2.bias"))
+
+    # -- a rank --------------------------------------------------------------
+    def rank(self, rank):
+        self.out = {}
+        tc = self.text
+        t, p, e = self.coords(rank)
+        L = tc["num_hidden_layers"]
+        q35 = self.model.startswith("qwen3_5")
+        vl = self.vision is not None
+        hftext = "model.language_model." if vl else "model."
+        if self.mcore:
+            text = "language_model." if vl else ""
+        else:
+            text = "language_model.model." if vl else "model."
+        top = ("language_model." if vl else "") if not self.mcore else text
+        kinds = tc.get("layer_types") or (
+            ["full_attention"] * L if not q35 else
+            ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(L)])
+        mlp_only = tc.get("mlp_only_layers", [])
+        stages = self.stages() if self.mcore else [list(range(L))]
+        pp, vpp = (self.par["pp"], self.par["vpp"]) if self.mcore else (1, 1)
+        last_stage = pp * vpp - 1
+        for ci in range(vpp):
+            v = ci * pp + p
+            cidx = ci if vpp > 1 else None
+            first, last = v == 0, v == last_stage
+            if first:
+                emb = self.vocab(self.w(hftext + "embed_tokens.weight"), t)
+                self.put(text + ("embedding.word_embeddings.weight" if self.mcore else "embed_tokens.weight"), emb, cidx)
+                if vl:
+                    self.vision_tower(t, cidx)
+            for local, i in enumerate(stages[v]):
+                n = local if self.mcore and pp * vpp > 1 else i
+                out = text + ("decoder.layers.%d." % n if self.mcore else "layers.%d." % n)
+                sparse = self.moe and i not in mlp_only
+                self.layer(hftext + "layers.%d." % i, out, t, e, q35,
+                           kinds[i], sparse, cidx)
+            if last:
+                self.put(text + ("decoder.final_layernorm.weight" if self.mcore else "norm.weight"),
+                         self.w(hftext + "norm.weight"), cidx)
+                if self.mcore:
+                    if not self.tied:
+                        self.put(text + "output_layer.weight", self.vocab(self.w("lm_head.weight"), t), cidx)
+                    elif not first:  # a stage other than the first keeps a copy
+                        self.put(text + "output_layer.weight",
+                                 self.vocab(self.w(hftext + "embed_tokens.weight"), t), cidx)
+                elif not self.tied:
+                    self.put(top + "lm_head.weight", self.vocab(self.w("lm_head.weight"), t), cidx)
+                mtp = tc.get("mtp_num_hidden_layers", 0) if q35 else 0
+                if mtp and self.mcore and not first:
+                    # MTP embeds the next tokens: a copy of the embedding.
+                    self.put(text + "embedding.word_embeddings.weight",
+                             self.vocab(self.w(hftext + "embed_tokens.weight"), t), cidx)
+                for k in range(mtp):
+                    hf = "mtp."
+                    if self.mcore:
+                        o = text + "mtp.layers.%d." % k
+                        self.put(o + "enorm.weight", self.w(hf + "pre_fc_norm_embedding.weight"), cidx)
+                        self.put(o + "hnorm.weight", self.w(hf + "pre_fc_norm_hidden.weight"), cidx)
+                        self.put(o + "eh_proj.weight", self.col(self.w(hf + "fc.weight"), t), cidx)
+                        self.put(o + "final_layernorm.weight", self.w(hf + "norm.weight"), cidx)
+                        self.layer(hf + "layers.%d." % k, o + "mtp_model_layer.", t, e, True,
+                                   "full_attention", self.moe, cidx)
+                    else:
+                        if k == 0:
+                            for n in ["pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "norm.weight"]:
+                                self.put("mtp." + n, self.w(hf + n), cidx)
+                            self.put("mtp.fc.weight", self.col(self.w(hf + "fc.weight"), t), cidx)
+                        self.layer(hf + "layers.%d." % k, "mtp.layers.%d." % k, t, e, True,
+                                   "full_attention", self.moe, cidx)
+        return self.out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("hf")
+    ap.add_argument("out")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--backend", required=True)
+    for axis in ["tp", "pp", "ep", "etp", "vpp"]:
+        ap.add_argument("--" + axis, type=int, default=1)
+    args = ap.parse_args()
+    par = {a: getattr(args, a) for a in ["tp", "pp", "ep", "etp", "vpp"]}
+    config = json.load(open(os.path.join(args.hf, "config.json")))
+    hf = load_dir(args.hf)
+    ref = Reference(args.model, args.backend.replace("-", "_"), config, hf, par)
+    plan = json.load(open(os.path.join(args.out, "plan.json")))
+    ranks = par["tp"] * par["pp"] * par["ep"] if ref.mcore else par["tp"]
+    dirs = sorted(d for d in os.listdir(args.out) if os.path.isdir(os.path.join(args.out, d)))
+    failures = 0
+    checked = 0
+    for r in range(ranks):
+        t, p, e = ref.coords(r)
+        if ref.mcore:
+            d = "mp_rank_%02d_%03d" % (t, p) + ("_%03d" % e if par["ep"] > 1 else "")
+        else:
+            d = "rank_%02d" % t
+        got = load(os.path.join(args.out, d, "model.safetensors"))
+        want = ref.rank(r)
+        if set(got) != set(want):
+            print("rank %d (%s): names differ: only in the reference %s; only in the output %s" %
+                  (r, d, sorted(set(want) - set(got))[:5], sorted(set(got) - set(want))[:5]))
+            failures += 1
+            continue
+        for name, a in want.items():
+            dtype, b = got[name]
+            if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+                print("rank %d (%s): tensor %s differs: reference %s %s, output %s %s" %
+                      (r, d, name, a.dtype, a.shape, b.dtype, b.shape))
+                failures += 1
+            checked += 1
+    assert plan["model"] == args.model
+    print("%s on %s %s: %d ranks, %d tensors, %s" % (
+        args.model, args.backend, " ".join("%s=%d" % kv for kv in par.items()),
+        ranks, checked, "all equal" if not failures else "%d differences" % failures))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
