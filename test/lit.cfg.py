@@ -20,6 +20,10 @@ config.substitutions.append(("%configs", os.path.join(config.mdl_src_root, "mode
 config.substitutions.append(("%mdl_src", config.mdl_src_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 # Real model data (configs, weight inventories) copied into the tree.
+# Compiling generated code in tests: the host compiler with the warnings
+# generated code must pass, and the runtime library.
+config.substitutions.append(("%cxx", config.host_cxx + " -std=c++17 -Wall -Wextra -Werror -fexceptions -I" + os.path.join(config.mdl_src_root, "include")))
+config.substitutions.append(("%mdl_runtime", config.mdl_runtime_lib + " -lpthread"))
 config.substitutions.append(("%inputs", os.path.join(config.mdl_src_root, "test", "Inputs")))
 
 llvm_config.use_default_substitutions()

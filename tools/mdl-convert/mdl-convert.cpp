@@ -52,6 +52,8 @@ Options:
                       elements (MTP layers) than the checkpoint's config has
   --choice NAME=VALUE a storage variant (e.g. expert_storage=packed); by
                       default detected from an HF source
+  --dry-run           print what each target rank would hold (directory,
+                      name, shape, dtype) and write nothing
   --quiet             no progress line
   --list              the compiled-in models and backends
 )";
@@ -214,7 +216,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> positional;
   ParallelConfig target;
   int64_t onlyRank = -1;
-  bool quiet = false, list = false, parallelGiven = false;
+  bool quiet = false, list = false, parallelGiven = false, dryRun = false;
   LoadOptions load;
   std::map<std::string, std::string> choicesGiven;
   for (int i = 1; i < argc; ++i) {
@@ -240,6 +242,8 @@ int main(int argc, char **argv) {
       list = true;
     } else if (a == "--quiet") {
       quiet = true;
+    } else if (a == "--dry-run") {
+      dryRun = true;
     } else if (a == "--sp") {
       target.sp = true;
       parallelGiven = true;
@@ -439,6 +443,22 @@ int main(int argc, char **argv) {
   if (onlyRank >= ranks)
     return fail("rank " + std::to_string(onlyRank) + " does not exist: " +
                 target.str() + " has " + std::to_string(ranks) + " ranks");
+
+  if (dryRun) {
+    for (int64_t r = 0; r < ranks; ++r) {
+      if (onlyRank >= 0 && r != onlyRank)
+        continue;
+      std::string dir = toName == "hf" ? "." : to->rankDir(target, r);
+      for (const RankTensor &t : to->rankTensors(target, r)) {
+        std::string shape;
+        for (int64_t d : t.shape)
+          shape += (shape.empty() ? "" : ",") + std::to_string(d);
+        std::printf("%s\t%s\t[%s]\t%s\n", dir.c_str(), t.name.c_str(),
+                    shape.c_str(), std::string(safetensorsName(t.dtype)).c_str());
+      }
+    }
+    return 0;
+  }
 
   Converter converter(*from, source, *to, target);
   std::set<int64_t> needed;

@@ -34,6 +34,8 @@ public:
   /// If the current argument is `flag` or `flag=...`, consumes it and its
   /// value; `missing` is set when the value is absent.
   bool option(const std::string &flag, std::string &value, bool &missing) {
+    if (done())
+      return false;
     const std::string &a = args[i];
     if (a.compare(0, flag.size() + 1, flag + "=") == 0) {
       value = a.substr(flag.size() + 1);
@@ -195,6 +197,7 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
        : name == "cp"  ? p.cp
        : name == "dp"  ? p.dp
                        : p.vpp) = n;
+      break;
     }
     if (matched)
       continue;

@@ -19,6 +19,13 @@ int mdl::runEmit(const Options &options, ModuleOp top, MLIRContext &context) {
   ModuleDeclOp model = theModel(top, options.files.front());
   if (!model)
     return 1;
+  // With a config, the model must instantiate for it; the code does not
+  // depend on it.
+  if (!options.hfConfig.empty()) {
+    std::unique_ptr<HFConfig> config = loadConfig(options, model, context);
+    if (!config || !Instantiation::create(model, *config))
+      return 1;
+  }
   std::vector<std::string> backends = options.backends;
   if (backends.empty())
     for (auto b : top.getOps<BackendOp>())

@@ -637,7 +637,7 @@ void Emitter::emitLayout(LayoutOp l, raw_ostream &os) {
       if (!t.getCopyIf().empty())
         os << "      t.copyIf = " << fn(t.getCopyIf()) << ";\n";
       if (auto o = t.getOffset())
-        os << "      t.offset = " << *o << ";\n";
+        os << "      t.offset = " << int64_t(*o) << ";\n";
       if (auto s = t.getStored())
         os << "      t.stored = " << dtypeExpr(toDType(*s)) << ";\n";
       if (!t.getView().empty()) {
