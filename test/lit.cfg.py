@@ -24,6 +24,8 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 # generated code must pass, and the runtime library.
 config.substitutions.append(("%cxx", config.host_cxx + " -std=c++17 -Wall -Wextra -Werror -fexceptions -I" + os.path.join(config.mdl_src_root, "include")))
 config.substitutions.append(("%mdl_runtime", config.mdl_runtime_lib + " -lpthread"))
+config.substitutions.append(("%mdl_obj", config.mdl_obj_root))
+config.substitutions.append(("%host_cxx", config.host_cxx))
 config.substitutions.append(("%inputs", os.path.join(config.mdl_src_root, "test", "Inputs")))
 
 llvm_config.use_default_substitutions()

@@ -797,11 +797,12 @@ LogicalResult Emitter::run(raw_ostream &header, raw_ostream &source) {
             "mdl::rt::Binding &binding, const mdl::ParallelConfig &config,\n"
             "            int64_t rank) {\n"
             "  return binding.rankTensors(config, rank);\n}\n\n";
-  header << "/// The LoRA injection table of one rank.\n";
+  header << "/// The LoRA injection table of one rank, for adapters of rank "
+            "`r`.\n";
   header << "inline std::vector<mdl::rt::LoraTarget>\nloraTable(const "
             "mdl::rt::Binding &binding, const mdl::ParallelConfig &config,\n"
-            "          int64_t rank) {\n"
-            "  return mdl::rt::loraTable(binding, config, rank);\n}\n\n";
+            "          int64_t rank, int64_t r = 16) {\n"
+            "  return mdl::rt::loraTable(binding, config, rank, r);\n}\n\n";
   header << "} // namespace " << ns << "\n\n#endif\n";
 
   source << banner;
