@@ -67,7 +67,8 @@ class Reference:
         self.tied = config.get("tie_word_embeddings",
                                self.text.get("tie_word_embeddings", False))
         self.out = {}
-        self.moe = "num_experts" in self.text
+        self.moe = "num_experts" in self.text or "n_routed_experts" in self.text
+        self.glm = model.startswith("glm4")
         self.mcore = backend.startswith("mcore")
 
     def w(self, name):
@@ -115,25 +116,62 @@ class Reference:
         D = tc.get("head_dim", H // N)
         P = N // G
         tp = self.par["tp"]
-        q = self.w(pre + "q_proj.weight")
-        k = self.w(pre + "k_proj.weight").reshape(G, D, H)
-        v = self.w(pre + "v_proj.weight").reshape(G, D, H)
         o = self.w(pre + "o_proj.weight")
-        if self.mcore:
-            qh = q.reshape(G, P, 2 if gated else 1, D, H)
-            parts = [qh[:, :, 0].reshape(G, P * D, H)]
-            if gated:
-                parts.append(qh[:, :, 1].reshape(G, P * D, H))
-            parts += [k, v]
-            qkv = np.concatenate(parts, axis=1)  # [G, rows of a group, H]
-            return chunk(qkv, 0, tp, t).reshape(-1, H), self.row(o, t)
-        # vLLM: query heads split over tp; kv heads replicated when tp > G.
-        qr = chunk(q.reshape(N, -1, H), 0, tp, t).reshape(-1, H)
-        kv_rank = t * G // tp if tp > G else t
-        kvn = 1 if tp > G else G // tp
-        kr = k[kv_rank * kvn:(kv_rank + 1) * kvn].reshape(-1, H)
-        vr = v[kv_rank * kvn:(kv_rank + 1) * kvn].reshape(-1, H)
-        return np.concatenate([qr, kr, vr]), self.row(o, t)
+        out = []
+        # The weight, then (when there is one) the bias: a bias is a weight
+        # with one column.
+        for suffix, cols in (("weight", H), ("bias", 1)):
+            if pre + "q_proj." + suffix not in self.hf:
+                continue
+            q = self.w(pre + "q_proj." + suffix).reshape(-1, cols)
+            k = self.w(pre + "k_proj." + suffix).reshape(G, D, cols)
+            v = self.w(pre + "v_proj." + suffix).reshape(G, D, cols)
+            if self.mcore:
+                qh = q.reshape(G, P, 2 if gated else 1, D, cols)
+                parts = [qh[:, :, 0].reshape(G, P * D, cols)]
+                if gated:
+                    parts.append(qh[:, :, 1].reshape(G, P * D, cols))
+                parts += [k, v]
+                qkv = np.concatenate(parts, axis=1)  # [G, rows of a group, cols]
+                qkv = chunk(qkv, 0, tp, t).reshape(-1, cols)
+            else:
+                # vLLM: query heads split over tp; kv heads replicated when
+                # tp > G.
+                qr = chunk(q.reshape(N, -1, cols), 0, tp, t).reshape(-1, cols)
+                kv_rank = t * G // tp if tp > G else t
+                kvn = 1 if tp > G else G // tp
+                kr = k[kv_rank * kvn:(kv_rank + 1) * kvn].reshape(-1, cols)
+                vr = v[kv_rank * kvn:(kv_rank + 1) * kvn].reshape(-1, cols)
+                qkv = np.concatenate([qr, kr, vr])
+            out.append(qkv if suffix == "weight" else qkv.reshape(-1))
+        return out[0], self.row(o, t), (out[1] if len(out) > 1 else None)
+
+    def mla(self, pre, t):
+        """Megatron: linear_q_down_proj (q_a), linear_q_up_proj (q_b, with
+        the q_a norm fused under TE), linear_kv_down_proj (kv_a),
+        linear_kv_up_proj (kv_b, with the kv_a norm), linear_proj; the
+        down-projections replicated, up-projections split by heads. vLLM
+        stacks [q_a; kv_a] into fused_qkv_a_proj."""
+        w = lambda n: self.w(pre + n + ".weight")
+        res = {}
+        c = lambda x: self.col(x, t)
+        if self.backend == "vllm":
+            res["fused_qkv_a_proj.weight"] = np.concatenate([w("q_a_proj"), w("kv_a_proj_with_mqa")])
+            res["q_a_layernorm.weight"] = w("q_a_layernorm")
+            res["q_b_proj.weight"] = c(w("q_b_proj"))
+            res["kv_a_layernorm.weight"] = w("kv_a_layernorm")
+            res["kv_b_proj.weight"] = c(w("kv_b_proj"))
+            res["o_proj.weight"] = self.row(w("o_proj"), t)
+            return res
+        te = self.backend == "mcore_te"
+        res["linear_q_down_proj.weight"] = w("q_a_proj")
+        res["linear_q_up_proj.layer_norm_weight" if te else "q_layernorm.weight"] = w("q_a_layernorm")
+        res["linear_q_up_proj.weight"] = c(w("q_b_proj"))
+        res["linear_kv_down_proj.weight"] = w("kv_a_proj_with_mqa")
+        res["linear_kv_up_proj.layer_norm_weight" if te else "kv_layernorm.weight"] = w("kv_a_layernorm")
+        res["linear_kv_up_proj.weight"] = c(w("kv_b_proj"))
+        res["linear_proj.weight"] = self.row(w("o_proj"), t)
+        return res
 
     def gated_mlp(self, gate, up, down, t, tp=None):
         """[gate_r; up_r] and down's columns."""
@@ -175,7 +213,7 @@ class Reference:
         """Routed experts: the EP rank's experts, each F split over etp
         (etp rank = tp rank % etp)."""
         tc = self.text
-        E = tc["num_experts"]
+        E = tc.get("num_experts") or tc["n_routed_experts"]
         H = tc["hidden_size"]
         ep, etp = self.par["ep"], self.par["etp"]
         if self.backend == "vllm":
@@ -217,23 +255,34 @@ class Reference:
         attn = "self_attention." if mc else ("self_attn." if kind == "full_attention" else "linear_attn.")
         ln_in = self.w(hfpre + "input_layernorm.weight")
         ln_post = self.w(hfpre + "post_attention_layernorm.weight")
-        if kind == "full_attention":
-            qkv, proj = self.attention(hfpre + "self_attn.", t, gated)
+        if kind == "mla":
+            attn = "self_attention." if mc else "self_attn."
+            for n, a in self.mla(hfpre + "self_attn.", t).items():
+                put(attn + n, a)
+        elif kind == "full_attention":
+            qkv, proj, bias = self.attention(hfpre + "self_attn.", t, gated)
+            norms = hfpre + "self_attn.q_norm.weight" in self.hf
             if mc:
                 put(attn + "linear_qkv.weight", qkv)
                 put(attn + "linear_proj.weight", proj)
-                put(attn + "q_layernorm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
-                put(attn + "k_layernorm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
+                if bias is not None:
+                    put(attn + "linear_qkv.bias", bias)
+                if norms:
+                    put(attn + "q_layernorm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
+                    put(attn + "k_layernorm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
             else:
                 put(attn + "qkv_proj.weight", qkv)
                 put(attn + "o_proj.weight", proj)
-                put(attn + "q_norm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
-                put(attn + "k_norm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
+                if bias is not None:
+                    put(attn + "qkv_proj.bias", bias)
+                if norms:
+                    put(attn + "q_norm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
+                    put(attn + "k_norm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
         else:
             for n, a in self.gdn(hfpre + "linear_attn.", t).items():
                 put(attn + n, a)
         fused = self.backend == "mcore_te"
-        if mc and fused:
+        if mc and fused and kind != "mla":
             put(attn + ("linear_qkv" if kind == "full_attention" else "in_proj") +
                 ".layer_norm_weight", ln_in)
         elif mc:
@@ -257,26 +306,35 @@ class Reference:
                 put("mlp.gate_up_proj.weight", fc1)
                 put("mlp.down_proj.weight", fc2)
             return
+        bias = mlp + "gate.e_score_correction_bias"
         if mc:
             put("pre_mlp_layernorm.weight", ln_post)
             put("mlp.router.weight", self.w(mlp + "gate.weight"))
+            if bias in self.hf:
+                put("mlp.router.expert_bias", self.w(bias))
         else:
             put("mlp.gate.weight", self.w(mlp + "gate.weight"))
+            if bias in self.hf:
+                put("mlp.gate.e_score_correction_bias", self.w(bias))
         for n, a in self.experts(mlp, t, ep_rank, mlp + "experts.").items():
             put("mlp." + n, a)
-        if mlp + "shared_expert.gate_proj.weight" in self.hf:
-            s = mlp + "shared_expert."
+        shared = "shared_experts" if mlp + "shared_experts.gate_proj.weight" in self.hf else "shared_expert"
+        if mlp + shared + ".gate_proj.weight" in self.hf:
+            s = mlp + shared + "."
             fc1, fc2 = self.gated_mlp(self.w(s + "gate_proj.weight"),
                                       self.w(s + "up_proj.weight"),
                                       self.w(s + "down_proj.weight"), t)
+            gate = mlp + "shared_expert_gate.weight"
             if mc:
                 put("mlp.shared_experts.linear_fc1.weight", fc1)
                 put("mlp.shared_experts.linear_fc2.weight", fc2)
-                put("mlp.shared_experts.gate_weight", self.w(mlp + "shared_expert_gate.weight"))
+                if gate in self.hf:
+                    put("mlp.shared_experts.gate_weight", self.w(gate))
             else:
-                put("mlp.shared_expert.gate_up_proj.weight", fc1)
-                put("mlp.shared_expert.down_proj.weight", fc2)
-                put("mlp.shared_expert_gate.weight", self.w(mlp + "shared_expert_gate.weight"))
+                put("mlp." + shared + ".gate_up_proj.weight", fc1)
+                put("mlp." + shared + ".down_proj.weight", fc2)
+                if gate in self.hf:
+                    put("mlp.shared_expert_gate.weight", self.w(gate))
 
     # -- the vision tower ---------------------------------------------------
     def vision_tower(self, t, ci):
@@ -342,7 +400,11 @@ class Reference:
         kinds = tc.get("layer_types") or (
             ["full_attention"] * L if not q35 else
             ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(L)])
+        if self.glm and tc.get("kv_lora_rank"):
+            kinds = ["mla"] * L
         mlp_only = tc.get("mlp_only_layers", [])
+        if self.glm:
+            mlp_only = list(range(tc.get("first_k_dense_replace", 0)))
         stages = self.stages() if self.mcore else [list(range(L))]
         pp, vpp = (self.par["pp"], self.par["vpp"]) if self.mcore else (1, 1)
         last_stage = pp * vpp - 1
@@ -373,11 +435,24 @@ class Reference:
                 elif not self.tied:
                     self.put(top + "lm_head.weight", self.vocab(self.w("lm_head.weight"), t), cidx)
                 mtp = tc.get("mtp_num_hidden_layers", 0) if q35 else 0
+                if self.glm:
+                    mtp = tc.get("num_nextn_predict_layers", 0)
                 if mtp and self.mcore and not first:
                     # MTP embeds the next tokens: a copy of the embedding.
                     self.put(text + "embedding.word_embeddings.weight",
                              self.vocab(self.w(hftext + "embed_tokens.weight"), t), cidx)
-                for k in range(mtp):
+                for k in range(mtp if self.glm else 0):
+                    # GLM stores MTP layer k as decoder layer L + k.
+                    hf = "model.layers.%d." % (L + k)
+                    o = "mtp.layers.%d." % k if self.mcore else hf
+                    self.put(o + "enorm.weight", self.w(hf + "enorm.weight"), cidx)
+                    self.put(o + "hnorm.weight", self.w(hf + "hnorm.weight"), cidx)
+                    self.put(o + "eh_proj.weight", self.col(self.w(hf + "eh_proj.weight"), t), cidx)
+                    self.put(o + ("final_layernorm.weight" if self.mcore else "shared_head.norm.weight"),
+                             self.w(hf + "shared_head.norm.weight"), cidx)
+                    self.layer(hf, o + ("mtp_model_layer." if self.mcore else "mtp_block."), t, e,
+                               False, kinds[0], True, cidx)
+                for k in range(0 if self.glm else mtp):
                     hf = "mtp."
                     if self.mcore:
                         o = text + "mtp.layers.%d." % k

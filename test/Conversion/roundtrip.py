@@ -41,9 +41,12 @@ def random_values(dtype, n, rng):
 
 def write_checkpoint(path, tensors, rng):
     header, blobs, offset = {}, [], 0
-    for t in tensors:
+    values = {}
+    # Originals first, so that duplicates (copy_of) hold the same bytes.
+    for t in sorted(tensors, key=lambda t: "copy_of" in t):
         n = int(np.prod(t["shape"])) if t["shape"] else 1
-        data = random_values(t["dtype"], n, rng)
+        data = values[t["copy_of"]] if "copy_of" in t else random_values(t["dtype"], n, rng)
+        values[t["name"]] = data
         header[t["name"]] = {"dtype": t["dtype"], "shape": t["shape"],
                              "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)

@@ -59,6 +59,14 @@ int mdl::runParams(const Options &options, mlir::ModuleOp top,
       o.set("shape", std::move(shape));
       o.set("dtype",
             json::Value::string(std::string(safetensorsName(t.dtype))));
+      // A duplicate names the tensor it copies (a checkpoint holds the
+      // same bytes in both).
+      if (t.spec->copy && t.spec->param >= 0)
+        for (const rt::TensorListing &u : tensors)
+          if (!u.spec->copy && u.spec->param == t.spec->param) {
+            o.set("copy_of", json::Value::string(u.name));
+            break;
+          }
       arr.push(std::move(o));
     }
     llvm::outs() << json::write(arr, 2) << "\n";

@@ -1,0 +1,69 @@
+//===- Adapter.h - LoRA adapters between fused and separate modules -*- C++ -*-===//
+//
+// A LoRA adapter of a linear module is a pair (A [r, in], B [out, r]) with
+// delta W = B A. HF-PEFT adapts HF's modules (q_proj, k_proj, v_proj); a
+// backend fuses some of them (Megatron's linear_qkv holds q, gate, k and v
+// per query group). Conversion keeps every delta W exact: a fused module
+// gets the source modules' A stacked along the rank and a B with each
+// source's rows where the fused weight holds them (zero elsewhere); the
+// reverse gives each HF module the fused A and its own rows of B. Rows and
+// columns are found from the plans of the two layouts, so gated query
+// interleaves, per-rank [gate_r; up_r] and tensor-parallel splits of A or B
+// follow from the specs. Plain C++17.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_RUNTIME_ADAPTER_H
+#define MDL_RUNTIME_ADAPTER_H
+
+#include "mdl/Runtime/Generated.h"
+#include "mdl/Runtime/Safetensors.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mdl::rt {
+
+/// A 2-D factor of an adapter.
+struct LoraFactor {
+  DType dtype = DType::BF16;
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> data;
+};
+
+struct Adapter {
+  LoraFactor a, b; // a: [r, in], b: [out, r]
+};
+
+/// Adapters by module name (the weight tensor's name without `.weight`).
+using Adapters = std::map<std::string, Adapter>;
+
+/// Reads adapters from a safetensors file: `<module>.lora_A.weight` and
+/// `<module>.lora_B.weight`, with any `base_model.model.` prefix (HF-PEFT)
+/// removed.
+std::optional<Adapters> readAdapters(const SafetensorsFile &file,
+                                     std::string &error);
+/// Writes adapters, each name prefixed with `prefix` (`base_model.model.`
+/// for HF-PEFT).
+bool writeAdapters(const Adapters &adapters, const std::string &prefix,
+                   const std::string &path, std::string &error);
+
+/// The adapters of rank `rank` of `backend` from adapters of `hf`'s
+/// modules.
+std::optional<Adapters> adaptersToBackend(const Binding &hf,
+                                          const Binding &backend,
+                                          const ParallelConfig &config,
+                                          int64_t rank, const Adapters &peft,
+                                          std::string &error);
+
+/// Adapters of `hf`'s modules from those of every rank of `backend`.
+std::optional<Adapters> adaptersToHf(const Binding &hf, const Binding &backend,
+                                     const ParallelConfig &config,
+                                     const std::vector<Adapters> &ranks,
+                                     std::string &error);
+
+} // namespace mdl::rt
+
+#endif // MDL_RUNTIME_ADAPTER_H

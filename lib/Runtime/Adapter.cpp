@@ -1,0 +1,356 @@
+//===- Adapter.cpp - LoRA adapters between fused and separate modules -----===//
+
+#include "mdl/Runtime/Adapter.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <set>
+
+using namespace mdl;
+using namespace mdl::rt;
+
+namespace {
+
+constexpr const char *kPeftPrefix = "base_model.model.";
+
+/// The linear weight tensors of a rank as 2-D [rows, cols] maps: for each
+/// piece, which row holds each output index of its parameter and which
+/// column each input index.
+struct LinearPart {
+  int param = -1;
+  /// Rows by the parameter's flat output index (within its box), and the
+  /// flat output index of each; likewise columns and input indices.
+  std::vector<std::pair<int64_t, int64_t>> rows, cols; // (index, row/col)
+};
+
+struct LinearTensor {
+  std::string module;
+  int64_t rows = 0, cols = 0;
+  std::vector<LinearPart> parts;
+};
+
+/// Enumerates the box of `atoms` of a piece: for each point, the flat
+/// index over the parameter's full sizes of those atoms and the tensor
+/// offset relative to the piece's base.
+void enumerate(const Piece &pc, const std::vector<int64_t> &sizes,
+               const std::vector<size_t> &atoms,
+               const std::function<void(int64_t, int64_t)> &fn) {
+  std::vector<int64_t> c(atoms.size(), 0);
+  for (;;) {
+    int64_t flat = 0, offset = 0;
+    for (size_t k = 0; k < atoms.size(); ++k) {
+      size_t a = atoms[k];
+      flat = flat * sizes[a] + pc.lo[a] + c[k];
+      offset += c[k] * pc.stride[a];
+    }
+    fn(flat, offset);
+    size_t k = atoms.size();
+    while (k > 0) {
+      --k;
+      if (++c[k] < pc.count[atoms[k]])
+        break;
+      c[k] = 0;
+      if (k == 0)
+        return;
+    }
+    if (atoms.empty())
+      return;
+  }
+}
+
+/// The 2-D linear weight tensors of one rank of `b`.
+bool linearTensors(const Binding &b, const ParallelConfig &config,
+                   int64_t rank, std::vector<LinearTensor> &out,
+                   std::string &error) {
+  const BoundLayout &bound = b.boundLayout();
+  for (const RankTensor &t : b.rankTensors(config, rank)) {
+    if (t.copy || t.pieces.empty() || t.shape.size() != 2)
+      continue;
+    bool linear = std::all_of(t.pieces.begin(), t.pieces.end(),
+                              [&](const Piece &pc) {
+                                const ParamInstance *p =
+                                    bound.params[size_t(pc.param)];
+                                return p->decl->linear && !p->bias &&
+                                       p->expert.empty();
+                              });
+    if (!linear || t.name.size() < 7 ||
+        t.name.compare(t.name.size() - 7, 7, ".weight") != 0)
+      continue;
+    LinearTensor lt;
+    lt.module = t.name.substr(0, t.name.size() - 7);
+    lt.rows = t.shape[0];
+    lt.cols = t.shape[1];
+    for (const Piece &pc : t.pieces) {
+      const ParamInstance &p = *bound.params[size_t(pc.param)];
+      std::vector<size_t> outAtoms, inAtoms;
+      size_t atom = 0;
+      for (size_t a = 0; a < p.axes.size(); ++a)
+        for (size_t j = 0; j < p.axes[a].size(); ++j, ++atom)
+          (a < size_t(p.decl->outAxes) ? outAtoms : inAtoms).push_back(atom);
+      for (size_t a : outAtoms)
+        if (pc.stride[a] % lt.cols != 0) {
+          error = "tensor '" + t.name + "' is not laid out as [out, in]: " +
+                  "its adapter cannot be converted";
+          return false;
+        }
+      LinearPart part;
+      part.param = pc.param;
+      int64_t baseRow = pc.base / lt.cols, baseCol = pc.base % lt.cols;
+      enumerate(pc, p.sizes, outAtoms, [&](int64_t flat, int64_t offset) {
+        part.rows.push_back({flat, baseRow + offset / lt.cols});
+      });
+      enumerate(pc, p.sizes, inAtoms, [&](int64_t flat, int64_t offset) {
+        part.cols.push_back({flat, baseCol + offset});
+      });
+      lt.parts.push_back(std::move(part));
+    }
+    out.push_back(std::move(lt));
+  }
+  return true;
+}
+
+/// Where each output and input index of a parameter sits in HF's modules.
+struct HfPlace {
+  std::string module;
+  std::map<int64_t, int64_t> row, col;
+  int64_t rows = 0, cols = 0;
+};
+
+std::map<std::string, HfPlace> hfPlaces(const Binding &hf,
+                                        std::vector<LinearTensor> &tensors,
+                                        std::string &error) {
+  std::map<std::string, HfPlace> out;
+  if (!linearTensors(hf, ParallelConfig(), 0, tensors, error))
+    return out;
+  for (const LinearTensor &t : tensors)
+    for (const LinearPart &p : t.parts) {
+      HfPlace &place = out[hf.layout().params[size_t(p.param)].path];
+      place.module = t.module;
+      place.rows = t.rows;
+      place.cols = t.cols;
+      for (auto [flat, row] : p.rows)
+        place.row[flat] = row;
+      for (auto [flat, col] : p.cols)
+        place.col[flat] = col;
+    }
+  return out;
+}
+
+LoraFactor zeros(DType dtype, int64_t rows, int64_t cols) {
+  LoraFactor f;
+  f.dtype = dtype;
+  f.rows = rows;
+  f.cols = cols;
+  f.data.assign(size_t(rows * cols) * byteSize(dtype), 0);
+  return f;
+}
+
+void copyElement(const LoraFactor &from, int64_t r, int64_t c, LoraFactor &to,
+                 int64_t tr, int64_t tc) {
+  size_t n = byteSize(from.dtype);
+  std::memcpy(to.data.data() + size_t(tr * to.cols + tc) * n,
+              from.data.data() + size_t(r * from.cols + c) * n, n);
+}
+
+} // namespace
+
+std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
+                                              std::string &error) {
+  Adapters out;
+  std::set<std::string> seenA, seenB;
+  for (const TensorInfo &t : file.tensors()) {
+    std::string name = t.name;
+    if (name.rfind(kPeftPrefix, 0) == 0)
+      name = name.substr(std::strlen(kPeftPrefix));
+    bool isA = name.size() > 15 &&
+               name.compare(name.size() - 15, 15, ".lora_A.weight") == 0;
+    bool isB = name.size() > 15 &&
+               name.compare(name.size() - 15, 15, ".lora_B.weight") == 0;
+    if ((!isA && !isB) || t.shape.size() != 2) {
+      error = file.path() + ": '" + t.name +
+              "' is not a 2-D lora_A or lora_B weight";
+      return std::nullopt;
+    }
+    std::string module = name.substr(0, name.size() - 15);
+    LoraFactor f;
+    f.dtype = t.dtype;
+    f.rows = t.shape[0];
+    f.cols = t.shape[1];
+    const uint8_t *data = file.data(t);
+    f.data.assign(data, data + t.numBytes());
+    (isA ? out[module].a : out[module].b) = std::move(f);
+    (isA ? seenA : seenB).insert(module);
+  }
+  for (const auto &[module, adapter] : out) {
+    if (!seenA.count(module) || !seenB.count(module) ||
+        adapter.a.rows != adapter.b.cols || adapter.a.dtype != adapter.b.dtype) {
+      error = file.path() + ": the adapter of '" + module +
+              "' needs lora_A [r, in] and lora_B [out, r] of one dtype";
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+bool mdl::rt::writeAdapters(const Adapters &adapters, const std::string &prefix,
+                            const std::string &path, std::string &error) {
+  SafetensorsWriter writer;
+  for (const auto &[module, adapter] : adapters)
+    for (auto [suffix, f] : {std::pair{".lora_A.weight", &adapter.a},
+                             std::pair{".lora_B.weight", &adapter.b}})
+      if (!writer.add(prefix + module + suffix, f->dtype, {f->rows, f->cols},
+                      f->data.data(), error))
+        return false;
+  return writer.write(path, error);
+}
+
+std::optional<Adapters>
+mdl::rt::adaptersToBackend(const Binding &hf, const Binding &backend,
+                           const ParallelConfig &config, int64_t rank,
+                           const Adapters &peft, std::string &error) {
+  std::vector<LinearTensor> hfTensors, tensors;
+  std::map<std::string, HfPlace> places = hfPlaces(hf, hfTensors, error);
+  if (!error.empty() || !linearTensors(backend, config, rank, tensors, error))
+    return std::nullopt;
+  std::set<std::string> known;
+  for (const LinearTensor &t : hfTensors)
+    known.insert(t.module);
+  for (const auto &[module, adapter] : peft)
+    if (!known.count(module)) {
+      error = "the adapters name module '" + module + "', which is no " +
+              "linear module of the model in HF";
+      return std::nullopt;
+    }
+  Adapters out;
+  for (const LinearTensor &t : tensors) {
+    // The adapted HF modules this module draws from, in order, and where
+    // each one's rank block starts.
+    std::vector<std::string> sources;
+    std::map<std::string, int64_t> block;
+    int64_t rankSize = 0;
+    const Adapter *first = nullptr;
+    for (const LinearPart &p : t.parts) {
+      const std::string &m =
+          places[backend.layout().params[size_t(p.param)].path].module;
+      auto it = peft.find(m);
+      if (it == peft.end() || block.count(m))
+        continue;
+      block[m] = rankSize;
+      rankSize += it->second.a.rows;
+      sources.push_back(m);
+      if (first && first->a.dtype != it->second.a.dtype) {
+        error = "the adapters of '" + t.module + "' have different dtypes";
+        return std::nullopt;
+      }
+      first = &it->second;
+    }
+    if (sources.empty())
+      continue;
+    Adapter fused;
+    fused.a = zeros(first->a.dtype, rankSize, t.cols);
+    fused.b = zeros(first->a.dtype, t.rows, rankSize);
+    for (const LinearPart &p : t.parts) {
+      const HfPlace &place = places[backend.layout().params[size_t(p.param)].path];
+      auto it = peft.find(place.module);
+      if (it == peft.end())
+        continue;
+      const Adapter &src = it->second;
+      int64_t off = block[place.module];
+      if (src.a.cols != place.cols || src.b.rows != place.rows) {
+        error = "the adapter of '" + place.module + "' is [" +
+                std::to_string(src.b.rows) + ", r] x [r, " +
+                std::to_string(src.a.cols) + "], but the module is [" +
+                std::to_string(place.rows) + ", " + std::to_string(place.cols) +
+                "]";
+        return std::nullopt;
+      }
+      for (auto [flat, row] : p.rows)
+        for (int64_t k = 0; k < src.b.cols; ++k)
+          copyElement(src.b, place.row.at(flat), k, fused.b, row, off + k);
+      for (auto [flat, col] : p.cols)
+        for (int64_t k = 0; k < src.a.rows; ++k)
+          copyElement(src.a, k, place.col.at(flat), fused.a, off + k, col);
+    }
+    out[t.module] = std::move(fused);
+  }
+  return out;
+}
+
+std::optional<Adapters>
+mdl::rt::adaptersToHf(const Binding &hf, const Binding &backend,
+                      const ParallelConfig &config,
+                      const std::vector<Adapters> &ranks, std::string &error) {
+  std::vector<LinearTensor> hfTensors;
+  std::map<std::string, HfPlace> places = hfPlaces(hf, hfTensors, error);
+  if (!error.empty())
+    return std::nullopt;
+  // The backend modules holding parameters of each HF module, in order, with
+  // their ranks, and every rank's tensors.
+  std::vector<std::vector<LinearTensor>> rankTensors(ranks.size());
+  std::map<std::string, std::vector<std::string>> sources;
+  std::map<std::string, std::map<std::string, int64_t>> block;
+  std::map<std::string, int64_t> rankOf;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (!linearTensors(backend, config, int64_t(r), rankTensors[r], error))
+      return std::nullopt;
+    for (const LinearTensor &t : rankTensors[r]) {
+      auto it = ranks[r].find(t.module);
+      if (it == ranks[r].end())
+        continue;
+      for (const LinearPart &p : t.parts) {
+        const std::string &m =
+            places[backend.layout().params[size_t(p.param)].path].module;
+        if (block[m].count(t.module))
+          continue;
+        block[m][t.module] = 0;
+        sources[m].push_back(t.module);
+        rankOf[t.module] = it->second.a.rows;
+      }
+    }
+  }
+  Adapters out;
+  for (const LinearTensor &m : hfTensors) {
+    auto src = sources.find(m.module);
+    if (src == sources.end())
+      continue;
+    int64_t rankSize = 0;
+    for (const std::string &t : src->second) {
+      block[m.module][t] = rankSize;
+      rankSize += rankOf[t];
+    }
+    Adapter &a = out[m.module];
+    DType dtype = DType::BF16;
+    for (size_t r = 0; r < ranks.size(); ++r)
+      if (auto it = ranks[r].find(src->second.front()); it != ranks[r].end())
+        dtype = it->second.a.dtype;
+    a.a = zeros(dtype, rankSize, m.cols);
+    a.b = zeros(dtype, m.rows, rankSize);
+  }
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (const LinearTensor &t : rankTensors[r]) {
+      auto it = ranks[r].find(t.module);
+      if (it == ranks[r].end())
+        continue;
+      const Adapter &src = it->second;
+      if (src.a.cols != t.cols || src.b.rows != t.rows) {
+        error = "the adapter of '" + t.module + "' on rank " +
+                std::to_string(r) + " does not fit the module [" +
+                std::to_string(t.rows) + ", " + std::to_string(t.cols) + "]";
+        return std::nullopt;
+      }
+      for (const LinearPart &p : t.parts) {
+        const HfPlace &place =
+            places[backend.layout().params[size_t(p.param)].path];
+        Adapter &dst = out[place.module];
+        int64_t off = block[place.module][t.module];
+        for (auto [flat, row] : p.rows)
+          for (int64_t k = 0; k < src.b.cols; ++k)
+            copyElement(src.b, row, k, dst.b, place.row.at(flat), off + k);
+        for (auto [flat, col] : p.cols)
+          for (int64_t k = 0; k < src.a.rows; ++k)
+            copyElement(src.a, k, col, dst.a, off + k, place.col.at(flat));
+      }
+    }
+  return out;
+}
