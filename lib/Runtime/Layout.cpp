@@ -22,6 +22,16 @@ int64_t Param::numElements() const {
   return n;
 }
 
+std::vector<KernelPath> mdl::rt::kernelPaths(const ModelLayout &m) {
+  std::vector<KernelPath> out;
+  for (const ModelLayout::CapabilityNeed &n : m.needs) {
+    auto it = m.capabilities.find(n.capability);
+    out.push_back({n.instance, n.capability,
+                   it != m.capabilities.end() && it->second, n.fallback});
+  }
+  return out;
+}
+
 std::string
 mdl::rt::renderName(const TensorSpec &t, int64_t localLayer,
                     const std::vector<std::pair<std::string, int64_t>>

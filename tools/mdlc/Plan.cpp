@@ -142,6 +142,21 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
                  << options.parallel.str() << " (" << config->path() << ")\n";
     for (const auto &[name, value] : m.choices)
       llvm::outs() << name << " = " << value << "\n";
+    if (!m.capabilities.empty()) {
+      llvm::outs() << "capabilities:";
+      for (const auto &[name, has] : m.capabilities)
+        llvm::outs() << " " << name << (has ? "" : " (no)");
+      llvm::outs() << "\n";
+    }
+    for (const rt::KernelPath &k : rt::kernelPaths(m)) {
+      llvm::outs() << k.instance << " needs " << k.capability << ": ";
+      if (k.fast)
+        llvm::outs() << "fast path\n";
+      else if (k.fallback)
+        llvm::outs() << "fallback (" << *k.fallback << ")\n";
+      else
+        llvm::outs() << "no path\n";
+    }
   }
   int64_t lastRank = -1;
   json::Value *jtensors = nullptr;
@@ -260,6 +275,23 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
     out.set("backend", json::Value::string(m.backend));
     out.set("config", json::Value::string(options.parallel.str()));
     out.set("source", json::Value::string(config->path()));
+    json::Value caps = json::Value::object();
+    for (const auto &[name, has] : m.capabilities)
+      caps.set(name, json::Value::boolean(has));
+    out.set("capabilities", std::move(caps));
+    json::Value paths = json::Value::array();
+    for (const rt::KernelPath &k : rt::kernelPaths(m)) {
+      json::Value p = json::Value::object();
+      p.set("instance", json::Value::string(k.instance));
+      p.set("capability", json::Value::string(k.capability));
+      p.set("path", json::Value::string(k.fast       ? "fast"
+                                        : k.fallback ? "fallback"
+                                                     : "none"));
+      if (k.fallback)
+        p.set("fallback", json::Value::string(*k.fallback));
+      paths.push(std::move(p));
+    }
+    out.set("paths", std::move(paths));
     out.set("ranks", std::move(jranks));
     llvm::outs() << json::write(out, 2) << "\n";
   }

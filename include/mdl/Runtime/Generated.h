@@ -99,6 +99,10 @@ public:
   /// The directory a rank's checkpoint goes to: the backend's `rank_dir`,
   /// or `rank_TT`.
   std::string rankDir(const ParallelConfig &config, int64_t rank) const;
+  /// The path each module that needs a device capability takes here.
+  std::vector<KernelPath> kernelPaths() const {
+    return rt::kernelPaths(bound.layout);
+  }
   /// The derived tensors of the backend with the events that refresh them.
   const std::vector<ModelLayout::DerivedTensor> &derived() const {
     return bound.layout.derived;

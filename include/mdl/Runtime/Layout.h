@@ -181,6 +181,16 @@ struct ModelLayout {
   std::map<std::string, std::string> choices;
 };
 
+/// The path a module that needs a device capability takes on a backend:
+/// its fast path when the backend has the capability, else its fallback
+/// (none: the module cannot run there, which the checker reports).
+struct KernelPath {
+  std::string instance, capability;
+  bool fast = false;
+  std::optional<std::string> fallback;
+};
+std::vector<KernelPath> kernelPaths(const ModelLayout &m);
+
 /// Renders a tensor name for a rank: family atoms take `familyIndex`,
 /// layer indices are renumbered local to the rank's stage.
 std::string renderName(const TensorSpec &t, int64_t localLayer,
