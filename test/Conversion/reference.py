@@ -186,10 +186,22 @@ class Reference:
         tc = self.text
         Hk, Dk = tc["linear_num_key_heads"], tc["linear_key_head_dim"]
         Hv, Dv = tc["linear_num_value_heads"], tc["linear_value_head_dim"]
-        qkv = self.w(pre + "in_proj_qkv.weight")
-        q, k, v = np.split(qkv, [Hk * Dk, 2 * Hk * Dk])
-        z = self.w(pre + "in_proj_z.weight")
-        b, a = self.w(pre + "in_proj_b.weight"), self.w(pre + "in_proj_a.weight")
+        H = tc["hidden_size"]
+        R = Hv // Hk
+        interleaved = pre + "in_proj_qkvz.weight" in self.hf
+        if interleaved:
+            # Qwen3-Next: per key head [q, k, v (R heads), z (R heads)] and
+            # [b (R), a (R)].
+            g = self.w(pre + "in_proj_qkvz.weight").reshape(Hk, -1, H)
+            q, k, v, z = (x.reshape(-1, H) for x in np.split(
+                g, [Dk, 2 * Dk, 2 * Dk + R * Dv], axis=1))
+            ba = self.w(pre + "in_proj_ba.weight").reshape(Hk, 2 * R, H)
+            b, a = (x.reshape(-1, H) for x in np.split(ba, [R], axis=1))
+        else:
+            qkv = self.w(pre + "in_proj_qkv.weight")
+            q, k, v = np.split(qkv, [Hk * Dk, 2 * Hk * Dk])
+            z = self.w(pre + "in_proj_z.weight")
+            b, a = self.w(pre + "in_proj_b.weight"), self.w(pre + "in_proj_a.weight")
         conv = self.w(pre + "conv1d.weight")
         cq, ck, cv = np.split(conv, [Hk * Dk, 2 * Hk * Dk])
         c = lambda x: self.col(x, t)
@@ -199,6 +211,10 @@ class Reference:
                                                     c(b), c(a)])
             res["out_norm.weight"] = (self.w(pre + "norm.weight") -
                                       np.float32(1)).astype(np.float32)
+        elif interleaved:  # whole key-head groups of HF's fused layout
+            res["in_proj_qkvz.weight"] = c(self.w(pre + "in_proj_qkvz.weight"))
+            res["in_proj_ba.weight"] = c(self.w(pre + "in_proj_ba.weight"))
+            res["norm.weight"] = self.w(pre + "norm.weight")
         else:
             res["in_proj_qkvz.weight"] = np.concatenate([c(q), c(k), c(v), c(z)])
             res["in_proj_ba.weight"] = np.concatenate([c(b), c(a)])
@@ -389,7 +405,7 @@ class Reference:
         tc = self.text
         t, p, e = self.coords(rank)
         L = tc["num_hidden_layers"]
-        q35 = self.model.startswith("qwen3_5")
+        q35 = self.model.startswith("qwen3_5") or self.model == "qwen3_next"
         vl = self.vision is not None
         hftext = "model.language_model." if vl else "model."
         if self.mcore:
