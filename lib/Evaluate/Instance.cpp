@@ -443,8 +443,10 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
         EvalValue out;
         out.kind = EvalValue::List;
         for (const EvalValue &x : src->list) {
-          FailureOr<std::vector<EvalValue>> v =
-              Interpreter(node, config, env).run(co.getBody(), {x});
+          // The body sees the variables of enclosing comprehensions.
+          Interpreter body(node, config, env);
+          body.values = values;
+          FailureOr<std::vector<EvalValue>> v = body.run(co.getBody(), {x});
           if (failed(v))
             return failure();
           if (v->front().kind == EvalValue::Missing) {

@@ -269,6 +269,38 @@ bool mdl::rt::applyBuiltin(std::string_view name,
     out = Value::dtypeOf(*d);
     return true;
   }
+  if (name == "sum") {
+    int64_t total = 0;
+    for (const Value &v : args[0].list)
+      if (__builtin_add_overflow(total, v.i, &total)) {
+        error = "sum() overflows 64 bits";
+        return false;
+      }
+    out = Value::integer(total);
+    return true;
+  }
+  if (name == "primes") {
+    // The first `count` primes from `start` on, by trial division: meant
+    // for the few hash sizes of n-gram tables, so both are bounded.
+    int64_t start = args[0].i, count = args[1].i;
+    if (start < 0 || start > (int64_t(1) << 40) || count < 0 ||
+        count > 4096) {
+      error = "primes(" + std::to_string(start) + ", " +
+              std::to_string(count) +
+              ") needs 0 <= start <= 2^40 and 0 <= count <= 4096";
+      return false;
+    }
+    out = Value::listOf({});
+    for (int64_t n = std::max<int64_t>(start, 2); int64_t(out.list.size()) < count;
+         ++n) {
+      bool prime = true;
+      for (int64_t d = 2; d * d <= n && prime; ++d)
+        prime = n % d != 0;
+      if (prime)
+        out.list.push_back(Value::integer(n));
+    }
+    return true;
+  }
   if (name == "size") { // size(D): the value of the dimension
     out = args[0];
     return true;

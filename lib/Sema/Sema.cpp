@@ -44,6 +44,7 @@ constexpr BuiltinInfo kBuiltins[] = {
     {Builtin::Max, "max"},     {Builtin::CeilDiv, "ceildiv"},
     {Builtin::Str, "str"},     {Builtin::Pad, "pad"},
     {Builtin::DType, "dtype"}, {Builtin::Size, "size"},
+    {Builtin::Sum, "sum"},     {Builtin::Primes, "primes"},
 };
 constexpr const char *kClassRoles[] = {
     "column", "column_norm", "row", "replicated", "grouped_column",
@@ -532,6 +533,15 @@ Type Analyzer::checkCallExpr(CallExpr *e, ExprEnv &env, const Type *expected) {
     if (arity(1, 1))
       expect(e->args[0].get(), env, strT, "the argument of dtype()");
     return Type::get(Type::DType);
+  case Builtin::Sum:
+    if (arity(1, 1))
+      expect(e->args[0].get(), env, Type::listOf(intT), "the argument of sum()");
+    return intT;
+  case Builtin::Primes:
+    if (arity(2, 2))
+      for (auto &a : e->args)
+        expect(a.get(), env, intT, "an argument of primes()");
+    return Type::listOf(intT);
   case Builtin::Size: {
     if (!arity(1, 1))
       return intT;

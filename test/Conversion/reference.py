@@ -69,6 +69,8 @@ class Reference:
         self.out = {}
         self.moe = "num_experts" in self.text or "n_routed_experts" in self.text
         self.glm = model.startswith("glm4")
+        # Qwen3.8: hyper-connections, no norms, mcore-bridge's layouts.
+        self.q38 = model == "qwen3_8"
         self.mcore = backend.startswith("mcore")
 
     def w(self, name):
@@ -126,7 +128,11 @@ class Reference:
             q = self.w(pre + "q_proj." + suffix).reshape(-1, cols)
             k = self.w(pre + "k_proj." + suffix).reshape(G, D, cols)
             v = self.w(pre + "v_proj." + suffix).reshape(G, D, cols)
-            if self.mcore:
+            if self.mcore and self.q38:
+                # mcore-bridge keeps HF's per-head [q_h; gate_h] in a group.
+                qkv = np.concatenate([q.reshape(G, P * 2 * D, cols), k, v], axis=1)
+                qkv = chunk(qkv, 0, tp, t).reshape(-1, cols)
+            elif self.mcore:
                 qh = q.reshape(G, P, 2 if gated else 1, D, cols)
                 parts = [qh[:, :, 0].reshape(G, P * D, cols)]
                 if gated:
@@ -206,7 +212,15 @@ class Reference:
         cq, ck, cv = np.split(conv, [Hk * Dk, 2 * Hk * Dk])
         c = lambda x: self.col(x, t)
         res = {}
-        if self.mcore:
+        if self.mcore and self.q38:
+            # mcore-bridge: per key-head group [q_g, k_g, v_g, z_g, b_g, a_g],
+            # whole groups per rank; conv1d per group [q_g, k_g, v_g]; out_norm
+            # plain.
+            grp = lambda x: x.reshape(Hk, -1, x.shape[-1])
+            res["in_proj.weight"] = c(np.concatenate(
+                [grp(q), grp(k), grp(v), grp(z), grp(b), grp(a)], axis=1)).reshape(-1, H)
+            res["out_norm.weight"] = self.w(pre + "norm.weight")
+        elif self.mcore:
             res["in_proj.weight"] = np.concatenate([c(q), c(k), c(v), c(z),
                                                     c(b), c(a)])
             res["out_norm.weight"] = (self.w(pre + "norm.weight") -
@@ -219,7 +233,12 @@ class Reference:
             res["in_proj_qkvz.weight"] = np.concatenate([c(q), c(k), c(v), c(z)])
             res["in_proj_ba.weight"] = np.concatenate([c(b), c(a)])
             res["norm.weight"] = self.w(pre + "norm.weight")
-        res["conv1d.weight"] = np.concatenate([c(cq), c(ck), c(cv)])
+        if self.mcore and self.q38:
+            K = conv.shape[-1]
+            g3 = lambda x: x.reshape(Hk, -1, 1, K)
+            res["conv1d.weight"] = c(np.concatenate([g3(cq), g3(ck), g3(cv)], axis=1)).reshape(-1, 1, K)
+        else:
+            res["conv1d.weight"] = np.concatenate([c(cq), c(ck), c(cv)])
         res["A_log"] = c(self.w(pre + "A_log"))
         res["dt_bias"] = c(self.w(pre + "dt_bias"))
         res["out_proj.weight"] = self.row(self.w(pre + "out_proj.weight"), t)
@@ -264,26 +283,62 @@ class Reference:
             res["experts.w2_weight"] = np.stack([fc1[e][1] for e in local])
         return res
 
+    def hyper_connection(self, hfpre, out, ci, inject=True):
+        """Replicated everywhere, under the checkpoint's names."""
+        for n in ["hc_norm.weight", "input_mix_weight_down.weight",
+                  "input_mix_weight_up.weight"] + (["block_inject_weight.weight"] if inject else []):
+            self.put(out + n, self.w(hfpre + n), ci)
+
+    def ple(self, hfpre, out, t, ci):
+        """Replicated projections, norms, conv and hash buffers; the n-gram
+        table's shards joined into one table whose rows tp splits. vLLM
+        stacks [key_proj; value_proj] into kv_proj."""
+        if self.backend == "vllm":
+            self.put(out + "kv_proj.weight", np.concatenate(
+                [self.w(hfpre + "key_proj.weight"), self.w(hfpre + "value_proj.weight")]), ci)
+        else:
+            for n in ["key_proj.weight", "value_proj.weight"]:
+                self.put(out + n, self.w(hfpre + n), ci)
+        for n in ["norm_key.weight", "norm_query.weight", "norm_conv.weight", "conv1d.weight",
+                  "ple_embedding.layer_multipliers", "ple_embedding.ngram_heads_offsets",
+                  "ple_embedding.ngram_heads_vocab_sizes"]:
+            self.put(out + n, self.w(hfpre + n), ci)
+        shards, p = [], 0
+        while hfpre + "ple_embedding.ngram_embedding.shard_%d.weight" % p in self.hf:
+            shards.append(self.w(hfpre + "ple_embedding.ngram_embedding.shard_%d.weight" % p))
+            p += 1
+        self.put(out + "ple_embedding.ngram_embedding.weight", self.col(np.concatenate(shards), t), ci)
+
     # -- a decoder layer -----------------------------------------------------
     def layer(self, hfpre, out, t, ep_rank, gated, kind, sparse, ci):
         mc = self.mcore
         put = lambda n, a: self.put(out + n, a, ci)
         attn = "self_attention." if mc else ("self_attn." if kind == "full_attention" else "linear_attn.")
-        ln_in = self.w(hfpre + "input_layernorm.weight")
-        ln_post = self.w(hfpre + "post_attention_layernorm.weight")
+        if self.q38:
+            for h in ("attn_hyper_connection.", "mlp_hyper_connection."):
+                self.hyper_connection(hfpre + h, out + h, ci)
+            if kind == "full_attention":
+                idx = (attn if mc else "self_attn.") + "indexer."
+                for n in ["index_qk_proj.weight", "q_layernorm.weight", "k_layernorm.weight"]:
+                    put(idx + n, self.w(hfpre + "self_attn.indexer." + n))
+            if hfpre + "ple.key_proj.weight" in self.hf:
+                self.ple(hfpre + "ple.", out + "ple.", t, ci)
+        norms = not self.q38
+        ln_in = self.w(hfpre + "input_layernorm.weight") if norms else None
+        ln_post = self.w(hfpre + "post_attention_layernorm.weight") if norms else None
         if kind == "mla":
             attn = "self_attention." if mc else "self_attn."
             for n, a in self.mla(hfpre + "self_attn.", t).items():
                 put(attn + n, a)
         elif kind == "full_attention":
             qkv, proj, bias = self.attention(hfpre + "self_attn.", t, gated)
-            norms = hfpre + "self_attn.q_norm.weight" in self.hf
+            qk_norms = hfpre + "self_attn.q_norm.weight" in self.hf
             if mc:
                 put(attn + "linear_qkv.weight", qkv)
                 put(attn + "linear_proj.weight", proj)
                 if bias is not None:
                     put(attn + "linear_qkv.bias", bias)
-                if norms:
+                if qk_norms:
                     put(attn + "q_layernorm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
                     put(attn + "k_layernorm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
             else:
@@ -291,14 +346,16 @@ class Reference:
                 put(attn + "o_proj.weight", proj)
                 if bias is not None:
                     put(attn + "qkv_proj.bias", bias)
-                if norms:
+                if qk_norms:
                     put(attn + "q_norm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
                     put(attn + "k_norm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
         else:
             for n, a in self.gdn(hfpre + "linear_attn.", t).items():
                 put(attn + n, a)
         fused = self.backend == "mcore_te"
-        if mc and fused and kind != "mla":
+        if not norms:
+            pass
+        elif mc and fused and kind != "mla":
             put(attn + ("linear_qkv" if kind == "full_attention" else "in_proj") +
                 ".layer_norm_weight", ln_in)
         elif mc:
@@ -324,7 +381,8 @@ class Reference:
             return
         bias = mlp + "gate.e_score_correction_bias"
         if mc:
-            put("pre_mlp_layernorm.weight", ln_post)
+            if norms:
+                put("pre_mlp_layernorm.weight", ln_post)
             put("mlp.router.weight", self.w(mlp + "gate.weight"))
             if bias in self.hf:
                 put("mlp.router.expert_bias", self.w(bias))
@@ -405,8 +463,10 @@ class Reference:
         tc = self.text
         t, p, e = self.coords(rank)
         L = tc["num_hidden_layers"]
-        q35 = self.model.startswith("qwen3_5") or self.model == "qwen3_next"
-        vl = self.vision is not None
+        q35 = self.model.startswith("qwen3_5") or self.model == "qwen3_next" or self.q38
+        # Qwen3.8's checkpoints are the VL wrapper's (prefixes), without a
+        # vision tower in the spec.
+        vl = self.vision is not None or self.q38
         hftext = "model.language_model." if vl else "model."
         if self.mcore:
             text = "language_model." if vl else ""
@@ -431,7 +491,7 @@ class Reference:
             if first:
                 emb = self.vocab(self.w(hftext + "embed_tokens.weight"), t)
                 self.put(text + ("embedding.word_embeddings.weight" if self.mcore else "embed_tokens.weight"), emb, cidx)
-                if vl:
+                if self.vision is not None:
                     self.vision_tower(t, cidx)
             for local, i in enumerate(stages[v]):
                 n = local if self.mcore and pp * vpp > 1 else i
@@ -439,9 +499,14 @@ class Reference:
                 sparse = self.moe and i not in mlp_only
                 self.layer(hftext + "layers.%d." % i, out, t, e, q35,
                            kinds[i], sparse, cidx)
-            if last:
+            if last and self.q38:  # no final norm: the last mixer
+                self.hyper_connection(hftext + "hyper_connection_mixer.",
+                                      text + ("decoder." if self.mcore else "") + "hyper_connection_mixer.",
+                                      cidx, inject=False)
+            elif last:
                 self.put(text + ("decoder.final_layernorm.weight" if self.mcore else "norm.weight"),
                          self.w(hftext + "norm.weight"), cidx)
+            if last:
                 if self.mcore:
                     if not self.tied:
                         self.put(text + "output_layer.weight", self.vocab(self.w("lm_head.weight"), t), cidx)
@@ -468,7 +533,32 @@ class Reference:
                              self.w(hf + "shared_head.norm.weight"), cidx)
                     self.layer(hf, o + ("mtp_model_layer." if self.mcore else "mtp_block."), t, e,
                                False, kinds[0], True, cidx)
-                for k in range(0 if self.glm else mtp):
+                for k in range(mtp if self.q38 else 0):
+                    # Qwen3.8: separate projections of the embedding and the
+                    # 4-stream state, and a mixer of its own.
+                    hf = "mtp."
+                    if self.mcore:
+                        o = text + "mtp.layers.%d." % k
+                        for n, m in (("enorm", "pre_fc_norm_embedding"), ("hnorm", "pre_fc_norm_hidden")):
+                            self.put(o + n + ".weight", self.w(hf + m + ".weight"), cidx)
+                        for n, m in (("e_proj", "fc_embedding"), ("h_proj", "fc_hidden")):
+                            self.put(o + n + ".weight", self.col(self.w(hf + m + ".weight"), t), cidx)
+                        if k == 0:
+                            self.hyper_connection(hf + "hyper_connection_mixer.",
+                                                  o + "hyper_connection_mixer.", cidx, inject=False)
+                        self.layer(hf + "layers.%d." % k, o + "transformer_layer.", t, e, True,
+                                   "full_attention", True, cidx)
+                    else:
+                        if k == 0:
+                            for n in ["pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight"]:
+                                self.put("model." + n, self.w(hf + n), cidx)
+                            for n in ["fc_embedding.weight", "fc_hidden.weight"]:
+                                self.put("model." + n, self.col(self.w(hf + n), t), cidx)
+                            self.hyper_connection(hf + "hyper_connection_mixer.",
+                                                  "model.hyper_connection_mixer.", cidx, inject=False)
+                        self.layer(hf + "layers.%d." % k, "model.layers.%d." % (L + k), t, e, True,
+                                   "full_attention", True, cidx)
+                for k in range(0 if self.glm or self.q38 else mtp):
                     hf = "mtp."
                     if self.mcore:
                         o = text + "mtp.layers.%d." % k

@@ -32,6 +32,9 @@ SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8}
 def random_values(dtype, n, rng):
     """Values in [1, 4): value transforms (stored = w - 1) are exact on
     them in every float type, so round trips can be byte for byte."""
+    if dtype in ("I64", "I32"):
+        return rng.integers(-2**31, 2**31, n).astype(
+            np.int64 if dtype == "I64" else np.int32).tobytes()
     v = rng.uniform(1.0, 4.0, n)
     if dtype == "BF16":
         bits = v.astype(np.float32).view(np.uint32)

@@ -118,7 +118,9 @@ std::vector<std::string> dimAtoms(const ModuleScope &scope,
                                   llvm::StringRef dim);
 
 /// The builtin functions of the expression language.
-enum class Builtin { Hf, Len, Range, Min, Max, CeilDiv, Str, Pad, DType, Size };
+enum class Builtin {
+  Hf, Len, Range, Min, Max, CeilDiv, Str, Pad, DType, Size, Sum, Primes
+};
 std::optional<Builtin> lookupBuiltin(llvm::StringRef name);
 llvm::StringRef spelling(Builtin b);
 

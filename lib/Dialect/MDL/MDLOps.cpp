@@ -884,6 +884,10 @@ LogicalResult BuiltinOp::verify() {
     return want({intT, intT}, strT);
   if (c == "dtype")
     return want({strT}, DTypeType::get(ctx));
+  if (c == "sum")
+    return want({ListType::get(ctx, intT)}, intT);
+  if (c == "primes")
+    return want({intT, intT}, ListType::get(ctx, intT));
   return emitOpError() << "unknown builtin '" << c << "'";
 }
 
