@@ -63,9 +63,10 @@ paramDecl
   : 'param' name expertIndex? ':' shape dtypeName? parallelStyle? condition? ';' ;
 
 // linear q: [H] -> [G, P, D] column(G) bias(attention_bias);
+// linear q_b: [Qa] -> [N, Dq] column(N) scale(block);   (FP8 block scales)
 linearDecl
   : 'linear' name expertIndex? ':' shape '->' shape dtypeName? parallelStyle
-    biasClause? condition? ';' ;
+    biasClause? scaleClause? condition? ';' ;
 
 expertIndex : '[' name ']' ;
 shape : '[' (shapeAxis (',' shapeAxis)*)? ']' ;
@@ -82,6 +83,7 @@ parallelStyle
   | 'replicated'              # replicatedStyle
   ;
 biasClause : 'bias' ('(' expr ')')? ;
+scaleClause : 'scale' '(' expr ')' ;
 condition : 'if' expr ;
 
 // attn: match kind { "full_attention" => GatedAttention(H, N, G, D), _ => ... };
@@ -175,7 +177,8 @@ qualifiedName : name ('.' name)* ;
 backendDecl : 'backend' name ('extends' name)? '{' backendEntry* '}' ;
 backendEntry
   : 'mesh' name (',' name)* ';'                                   # meshEntry
-  | 'class' name '=' STRING ('{' classProperty* '}' | ';')        # classEntry
+  | 'class' (name | STRING) '=' STRING
+    ('{' classProperty* '}' | ';')                                # classEntry
   | 'capability' name '=' expr ';'                                # capabilityEntry
   | 'choice' name '=' '[' STRING (',' STRING)* ']' ';'             # choiceEntry
   | letDecl                                                       # backendLet
@@ -220,7 +223,7 @@ name
   | 'first' | 'last' | 'stages' | 'copy' | 'offset' | 'view' | 'split'
   | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
-  | 'vocab' | 'shard' | 'replicated' | 'bias' | 'pipeline' | 'extends'
+  | 'vocab' | 'shard' | 'replicated' | 'bias' | 'scale' | 'pipeline' | 'extends'
   | 'from' | 'dtype' | 'choice'
   ;
 

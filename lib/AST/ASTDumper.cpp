@@ -363,6 +363,11 @@ void Dumper::member(const Member *m) {
         os << ")";
       }
     }
+    if (x->scaleBlock) {
+      os << " scale(";
+      expr(x->scaleBlock.get());
+      os << ")";
+    }
     if (x->cond) {
       os << " if ";
       expr(x->cond.get());

@@ -131,6 +131,7 @@ private:
   }
   LogicalResult bindParams();
   LogicalResult bindBackend();
+  LogicalResult bindBlockScales();
   FailureOr<std::vector<rt::TensorSpec::ViewAxis>>
   bindView(InstanceNode &node, TensorOp op);
   LogicalResult bindNode(InstanceNode &node,
@@ -264,6 +265,11 @@ LogicalResult Binder::bindParams() {
       }
       rp.sizes = p.sizes;
       rp.placement = placementOf(p.stage);
+      if (auto lin = dyn_cast<LinearOp>(p.decl))
+        rp.linearOutAxes = int(lin.getOut().size());
+      rp.bias = p.bias;
+      rp.scaleBlock = p.scaleBlock;
+      rp.expert = p.expert;
       rp.unit = unitOf(&node);
       rp.source = source(p.decl);
       int index = int(out.layout.params.size());
@@ -757,6 +763,23 @@ LogicalResult Binder::bindBackend() {
       }
   for (auto &[name, value] : *out.choices)
     out.layout.choices[name.str()] = value;
+  // The classes: the nearest backend that declares a role decides.
+  llvm::StringSet<> roles;
+  for (BackendOp b : backend.chain)
+    for (auto c : b.getBodyBlock().getOps<ClassOp>()) {
+      if (!roles.insert(c.getRole()).second)
+        continue;
+      rt::ModelLayout::ModuleClass mc;
+      mc.role = c.getRole().str();
+      mc.name = c.getClassName().str();
+      for (NamedAttribute p : c.getProps()) {
+        if (auto s = dyn_cast<StringAttr>(p.getValue()))
+          mc.properties[p.getName().str()] = s.str();
+        else if (auto b = dyn_cast<BoolAttr>(p.getValue()))
+          mc.properties[p.getName().str()] = b.getValue() ? "true" : "false";
+      }
+      out.layout.classes.push_back(std::move(mc));
+    }
   return success();
 }
 
@@ -766,9 +789,36 @@ LogicalResult Binder::run() {
   out.layout.mesh = backend.mesh();
   out.layout.hasPipeline =
       !inst.model.getBodyBlock().getOps<PipelineOp>().empty();
-  if (failed(bindParams()) || failed(bindBackend()))
+  if (failed(bindParams()) || failed(bindBackend()) ||
+      failed(bindNode(*inst.root, {})))
     return failure();
-  return bindNode(*inst.root, {});
+  return bindBlockScales();
+}
+
+LogicalResult Binder::bindBlockScales() {
+  if (LetOp suffix = backend.setting("block_scale_suffix")) {
+    RankContext one;
+    FailureOr<EvalValue> v = inst.root->evalOne(
+        suffix.getValue(), EvalValue::string(""), {&one, out.choices.get()});
+    if (failed(v))
+      return failure();
+    out.layout.blockScaleSuffix = v->s;
+  }
+  size_t numParams = out.layout.params.size();
+  rt::BlockScaleResult r = rt::addBlockScales(
+      out.layout, inst.dtype().value_or(mdl::DType::BF16));
+  for (auto &[tensor, why] : r.errors) {
+    const rt::TensorSpec &t = out.layout.tensors[size_t(tensor)];
+    out.sources[size_t(t.source)]->emitError()
+        << "tensor '" << rt::renderName(t, 0) << "' " << why;
+  }
+  if (!r.errors.empty())
+    return failure();
+  for (size_t i = numParams; i < out.layout.params.size(); ++i)
+    out.params.push_back(out.params[size_t(out.layout.params[i].scaleOf)]);
+  for (int c : r.companionOf)
+    out.tensorNodes.push_back(out.tensorNodes[size_t(c)]);
+  return success();
 }
 
 } // namespace

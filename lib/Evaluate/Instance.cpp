@@ -763,10 +763,23 @@ LogicalResult Instantiation::buildParams(InstanceNode &node) {
     w.expert = lin.getExpert() ? lin.getExpert()->str() : "";
     w.stage = stageOf(lin.getSymName());
     ConcreteParam b = w;
+    FailureOr<EvalValue> block =
+        node.evalOne(lin.getScaleBlock(), EvalValue::integer(0));
+    if (failed(block))
+      return failure();
+    if (block->i < 0) {
+      lin.emitError() << "the scale block size of '" << w.path
+                      << "' is negative (" << block->i << ")";
+      return failure();
+    }
+    w.scaleBlock = block->i;
     if (failed(addAxes(w, ArrayAttr::get(op.getContext(), weightAxes),
                        lin.getLoc())) ||
         failed(finish(w, lin, lin.getDtype())))
       return failure();
+    // An FP8 block-scaled weight is stored in E4M3 unless declared otherwise.
+    if (w.scaleBlock > 0 && !lin.getDtype())
+      node.params.back().dtype = mdl::DType::F8E4M3;
     if (!lin.getBias())
       continue;
     FailureOr<EvalValue> hasBias =

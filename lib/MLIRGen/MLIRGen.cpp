@@ -424,6 +424,8 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
                                        dtype, x->hasBias);
     if (x->biasCond)
       yieldRegion(op.getBiasCond(), {x->biasCond.get()});
+    if (x->scaleBlock)
+      yieldRegion(op.getScaleBlock(), {x->scaleBlock.get()});
     if (x->cond)
       yieldRegion(op.getCond(), {x->cond.get()});
     return;

@@ -642,6 +642,8 @@ MemberPtr ASTBuilder::member(P::MemberContext *c) {
       if (b->expr())
         l->biasCond = expr(b->expr());
     }
+    if (auto *s = x->scaleClause())
+      l->scaleBlock = expr(s->expr());
     if (x->condition())
       l->cond = expr(x->condition()->expr());
     return l;
@@ -851,8 +853,12 @@ std::unique_ptr<BackendDecl> ASTBuilder::backend(P::BackendDeclContext *c) {
         be.names.push_back(ident(n));
     } else if (auto *cl = dynamic_cast<P::ClassEntryContext *>(e)) {
       be.kind = BackendEntry::Class;
-      be.name = ident(cl->name());
-      be.className = unquote(cl->STRING());
+      // A class for the modules of one name is keyed "module:<name>".
+      auto strings = cl->STRING();
+      be.name = cl->name() ? ident(cl->name())
+                           : Ident{"module:" + unquote(strings.front()),
+                                   range(strings.front())};
+      be.className = unquote(strings.back());
       for (auto *prop : cl->classProperty())
         be.properties.emplace_back(ident(prop->name()), expr(prop->expr()));
     } else if (auto *ch = dynamic_cast<P::ChoiceEntryContext *>(e)) {

@@ -63,16 +63,15 @@ void enumerate(const Piece &pc, const std::vector<int64_t> &sizes,
 bool linearTensors(const Binding &b, const ParallelConfig &config,
                    int64_t rank, std::vector<LinearTensor> &out,
                    std::string &error) {
-  const BoundLayout &bound = b.boundLayout();
+  const ModelLayout &m = b.layout();
   for (const RankTensor &t : b.rankTensors(config, rank)) {
     if (t.copy || t.pieces.empty() || t.shape.size() != 2)
       continue;
     bool linear = std::all_of(t.pieces.begin(), t.pieces.end(),
                               [&](const Piece &pc) {
-                                const ParamInstance *p =
-                                    bound.params[size_t(pc.param)];
-                                return p->decl->linear && !p->bias &&
-                                       p->expert.empty();
+                                const Param &p = m.params[size_t(pc.param)];
+                                return p.linearOutAxes >= 0 && !p.bias &&
+                                       p.expert.empty();
                               });
     if (!linear || t.name.size() < 7 ||
         t.name.compare(t.name.size() - 7, 7, ".weight") != 0)
@@ -82,12 +81,12 @@ bool linearTensors(const Binding &b, const ParallelConfig &config,
     lt.rows = t.shape[0];
     lt.cols = t.shape[1];
     for (const Piece &pc : t.pieces) {
-      const ParamInstance &p = *bound.params[size_t(pc.param)];
+      const Param &p = m.params[size_t(pc.param)];
       std::vector<size_t> outAtoms, inAtoms;
       size_t atom = 0;
-      for (size_t a = 0; a < p.axes.size(); ++a)
-        for (size_t j = 0; j < p.axes[a].size(); ++j, ++atom)
-          (a < size_t(p.decl->outAxes) ? outAtoms : inAtoms).push_back(atom);
+      for (size_t a = 0; a < p.axisAtoms.size(); ++a)
+        for (int j = 0; j < p.axisAtoms[a]; ++j, ++atom)
+          (a < size_t(p.linearOutAxes) ? outAtoms : inAtoms).push_back(atom);
       for (size_t a : outAtoms)
         if (pc.stride[a] % lt.cols != 0) {
           error = "tensor '" + t.name + "' is not laid out as [out, in]: " +

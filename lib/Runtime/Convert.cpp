@@ -3,9 +3,15 @@
 #include "mdl/Runtime/Convert.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <thread>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 using namespace mdl;
 using namespace mdl::rt;
@@ -73,6 +79,16 @@ uint16_t floatToHalf(float f) {
   return sign | uint16_t(h);
 }
 
+/// E4M3 as DeepSeek's checkpoints store it (the "fn" variant: no
+/// infinities, S.1111.111 is NaN).
+double e4m3ToDouble(uint8_t b) {
+  int exp = (b >> 3) & 0xf, mant = b & 7;
+  double v = exp == 0xf && mant == 7 ? NAN
+             : exp == 0             ? std::ldexp(mant, -9)
+                                    : std::ldexp(8 + mant, exp - 10);
+  return (b & 0x80) ? -v : v;
+}
+
 /// Rounds a double to a float that keeps the sticky information in its
 /// last bit (round to odd), so that a second rounding to a narrower format
 /// gives the correctly rounded result.
@@ -123,6 +139,10 @@ double mdl::rt::loadValue(DType t, const uint8_t *in) {
     std::memcpy(&i, in, 4);
     return i;
   }
+  case DType::F8E4M3:
+    return e4m3ToDouble(*in);
+  case DType::F8E5M2:
+    return halfToFloat(uint16_t(*in) << 8); // E5M2 is the top byte of F16
   default:
     return 0;
   }
@@ -167,23 +187,73 @@ void mdl::rt::storeValue(double v, DType t, uint8_t *out) {
 // Strided copies
 //===----------------------------------------------------------------------===//
 
-int64_t mdl::rt::copyIntersection(const Piece &src, const uint8_t *srcData,
-                                  DType srcType, int64_t srcOffset,
-                                  const Piece &dst, uint8_t *dstData,
-                                  DType dstType, int64_t dstOffset) {
+namespace {
+
+/// The copy of the intersection of a source and a target box of one
+/// parameter, as runs along the innermost dimension, run for a window of
+/// the target's elements at a time.
+class BoxCopy {
+public:
+  /// False when the boxes do not intersect.
+  bool init(const Piece &src, DType srcType, int64_t srcOffset,
+            const Piece &dst, DType dstType, int64_t dstOffset);
+  /// Copies the target elements in [begin, end) (`dst` holds element
+  /// `begin`) and returns their number; the source elements read are then
+  /// in [readLo, readHi).
+  int64_t run(const uint8_t *src, uint8_t *dst, int64_t begin, int64_t end,
+              int64_t &readLo, int64_t &readHi) const;
+
+  /// For a byte copy whose runs are contiguous: whether target element
+  /// `at` is in a run, and then the source element it comes from and how
+  /// many elements follow it in the run.
+  bool locate(int64_t at, int64_t &from, int64_t &count) const;
+  DType sourceType() const { return srcType; }
+
+  int64_t size = 0;
+  /// The source is read in increasing order as the target is written, so
+  /// each window reads past what the earlier ones read.
+  bool streaming = false;
+
+private:
   struct Dim {
     int64_t n, s, d; // extent, source stride, target stride
   };
+  std::vector<Dim> outer; // outermost first
+  Dim inner{1, 1, 1};
+  int64_t s0 = 0, d0 = 0, runSpan = 0;
+  DType srcType = DType::BF16, dstType = DType::BF16;
+  double shift = 0;
+  bool bytes = false, contiguous = false, ordered = false;
+};
+
+/// Whether the strides of `dims` (outermost first, then `inner`) each
+/// exceed the span of the dimensions inside them, on the side `stride`
+/// picks: then the runs come in increasing order on that side.
+template <typename Dim, typename Stride>
+bool nests(const std::vector<Dim> &dims, const Dim &inner, Stride stride) {
+  int64_t span = (inner.n - 1) * stride(inner);
+  bool ok = stride(inner) > 0;
+  for (size_t k = dims.size(); k-- > 0;) {
+    ok = ok && stride(dims[k]) > span;
+    span += (dims[k].n - 1) * stride(dims[k]);
+  }
+  return ok;
+}
+
+bool BoxCopy::init(const Piece &src, DType srcType, int64_t srcOffset,
+                   const Piece &dst, DType dstType, int64_t dstOffset) {
   std::vector<Dim> dims;
-  int64_t s0 = src.base, d0 = dst.base, total = 1;
-  for (size_t a = 0; a < src.lo.size(); ++a) {
+  s0 = src.base;
+  d0 = dst.base;
+  size = 1;
+  for (size_t a = 0; a < src.lo.size() && a < dst.lo.size(); ++a) {
     int64_t lo = std::max(src.lo[a], dst.lo[a]);
     int64_t hi = std::min(src.lo[a] + src.count[a], dst.lo[a] + dst.count[a]);
     if (hi <= lo)
-      return 0;
+      return false;
     s0 += (lo - src.lo[a]) * src.stride[a];
     d0 += (lo - dst.lo[a]) * dst.stride[a];
-    total *= hi - lo;
+    size *= hi - lo;
     if (hi - lo > 1)
       dims.push_back({hi - lo, src.stride[a], dst.stride[a]});
   }
@@ -191,54 +261,131 @@ int64_t mdl::rt::copyIntersection(const Piece &src, const uint8_t *srcData,
   // both sides into longer runs.
   std::sort(dims.begin(), dims.end(),
             [](const Dim &x, const Dim &y) { return x.d > y.d; });
-  std::vector<Dim> merged;
+  outer.clear();
   for (const Dim &dim : dims) {
-    if (!merged.empty() && merged.back().d == dim.d * dim.n &&
-        merged.back().s == dim.s * dim.n) {
-      merged.back() = {merged.back().n * dim.n, dim.s, dim.d};
+    if (!outer.empty() && outer.back().d == dim.d * dim.n &&
+        outer.back().s == dim.s * dim.n) {
+      outer.back() = {outer.back().n * dim.n, dim.s, dim.d};
       continue;
     }
-    merged.push_back(dim);
+    outer.push_back(dim);
   }
+  inner = outer.empty() ? Dim{1, 1, 1} : outer.back();
+  if (!outer.empty())
+    outer.pop_back();
+  this->srcType = srcType;
+  this->dstType = dstType;
+  shift = double(dstOffset) - double(srcOffset);
+  bytes = srcType == dstType && srcOffset == dstOffset;
+  contiguous = bytes && inner.s == 1 && inner.d == 1;
+  runSpan = (inner.n - 1) * inner.d;
+  // In target order, as in any view of a tensor, runs before a window are
+  // skipped and the copy stops after it.
+  ordered = nests(outer, inner, [](const Dim &x) { return x.d; });
+  streaming = ordered && nests(outer, inner, [](const Dim &x) { return x.s; });
+  return true;
+}
+
+bool BoxCopy::locate(int64_t at, int64_t &from, int64_t &count) const {
+  if (!contiguous || !ordered || at < d0)
+    return false;
+  int64_t rest = at - d0, si = s0;
+  for (const Dim &dim : outer) {
+    int64_t c = std::min(rest / dim.d, dim.n - 1);
+    si += c * dim.s;
+    rest -= c * dim.d;
+  }
+  if (rest >= inner.n)
+    return false;
+  from = si + rest;
+  count = inner.n - rest;
+  return true;
+}
+
+int64_t BoxCopy::run(const uint8_t *src, uint8_t *dst, int64_t begin,
+                     int64_t end, int64_t &readLo, int64_t &readHi) const {
   size_t srcSize = byteSize(srcType), dstSize = byteSize(dstType);
-  bool bytes = srcType == dstType && srcOffset == dstOffset;
-  Dim inner = merged.empty() ? Dim{1, 1, 1} : merged.back();
-  if (!merged.empty())
-    merged.pop_back();
-  bool contiguous = bytes && inner.s == 1 && inner.d == 1;
-  std::vector<int64_t> counter(merged.size(), 0);
-  int64_t si = s0, di = d0;
-  double shift = double(dstOffset) - double(srcOffset);
-  for (;;) {
-    if (contiguous) {
-      std::memcpy(dstData + di * dstSize, srcData + si * srcSize,
-                  size_t(inner.n) * srcSize);
-    } else {
-      for (int64_t k = 0; k < inner.n; ++k) {
-        const uint8_t *from = srcData + (si + k * inner.s) * srcSize;
-        uint8_t *to = dstData + (di + k * inner.d) * dstSize;
-        if (bytes)
-          std::memcpy(to, from, srcSize);
-        else
-          storeValue(loadValue(srcType, from) + shift, dstType, to);
-      }
+  std::vector<int64_t> counter(outer.size(), 0);
+  int64_t si = s0, di = d0, copied = 0;
+  readLo = INT64_MAX;
+  readHi = INT64_MIN;
+  if (ordered && begin > d0) {
+    int64_t rest = begin - d0;
+    for (size_t k = 0; k < outer.size(); ++k) {
+      int64_t c = std::min(rest / outer[k].d, outer[k].n - 1);
+      counter[k] = c;
+      si += c * outer[k].s;
+      di += c * outer[k].d;
+      rest -= c * outer[k].d;
     }
-    // The next run: advance the innermost outer counter that can.
-    size_t level = merged.size();
-    for (;;) {
-      if (level == 0)
-        return total;
-      --level;
-      if (++counter[level] < merged[level].n) {
-        si += merged[level].s;
-        di += merged[level].d;
-        break;
+  }
+  // The next run: advance the innermost outer counter that can.
+  auto advance = [&] {
+    for (size_t level = outer.size(); level-- > 0;) {
+      if (++counter[level] < outer[level].n) {
+        si += outer[level].s;
+        di += outer[level].d;
+        return true;
       }
-      si -= (merged[level].n - 1) * merged[level].s;
-      di -= (merged[level].n - 1) * merged[level].d;
+      si -= (outer[level].n - 1) * outer[level].s;
+      di -= (outer[level].n - 1) * outer[level].d;
       counter[level] = 0;
     }
-  }
+    return false;
+  };
+  do {
+    if (ordered && di >= end)
+      break;
+    // The elements of the run inside the window: [k0, k1).
+    int64_t k0 = 0, k1 = inner.n;
+    if (inner.d > 0) {
+      if (di < begin)
+        k0 = (begin - di + inner.d - 1) / inner.d;
+      if (di + runSpan >= end)
+        k1 = std::min(k1, std::max<int64_t>(0, end - di + inner.d - 1) /
+                              inner.d);
+    }
+    if (k0 >= k1)
+      continue;
+    int64_t first = si + k0 * inner.s, last = si + (k1 - 1) * inner.s;
+    readLo = std::min(readLo, std::min(first, last));
+    readHi = std::max(readHi, std::max(first, last) + 1);
+    if (contiguous) {
+      std::memcpy(dst + (di + k0 - begin) * dstSize, src + first * srcSize,
+                  size_t(k1 - k0) * srcSize);
+      copied += k1 - k0;
+      continue;
+    }
+    for (int64_t k = k0; k < k1; ++k) {
+      int64_t at = di + k * inner.d;
+      if (at < begin || at >= end)
+        continue;
+      const uint8_t *from = src + (si + k * inner.s) * srcSize;
+      uint8_t *to = dst + (at - begin) * dstSize;
+      if (bytes)
+        std::memcpy(to, from, srcSize);
+      else
+        storeValue(loadValue(srcType, from) + shift, dstType, to);
+      ++copied;
+    }
+  } while (advance());
+  if (readLo > readHi)
+    readLo = readHi = 0;
+  return copied;
+}
+
+} // namespace
+
+int64_t mdl::rt::copyIntersection(const Piece &src, const uint8_t *srcData,
+                                  DType srcType, int64_t srcOffset,
+                                  const Piece &dst, uint8_t *dstData,
+                                  DType dstType, int64_t dstOffset,
+                                  int64_t windowBegin, int64_t windowEnd) {
+  BoxCopy copy;
+  if (!copy.init(src, srcType, srcOffset, dst, dstType, dstOffset))
+    return 0;
+  int64_t lo, hi;
+  return copy.run(srcData, dstData, windowBegin, windowEnd, lo, hi);
 }
 
 //===----------------------------------------------------------------------===//
@@ -247,7 +394,8 @@ int64_t mdl::rt::copyIntersection(const Piece &src, const uint8_t *srcData,
 
 Converter::Converter(const Binding &from, const ParallelConfig &fromConfig,
                      const Binding &to, const ParallelConfig &toConfig)
-    : from(from), to(to), fromConfig(fromConfig), toConfig(toConfig) {
+    : from(from), to(to), fromConfig(fromConfig), toConfig(toConfig),
+      numThreads(std::max(1u, std::min(std::thread::hardware_concurrency(), 8u))) {
   for (int64_t r = 0; r < Binding::numRanks(fromConfig); ++r)
     for (const RankTensor &t : from.rankTensors(fromConfig, r)) {
       if (t.copy)
@@ -290,9 +438,17 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
     if (t.copy)
       continue;
     const uint8_t *data = ckpt->data(*ref);
-    for (const Piece &pc : t.pieces)
-      views[from.layout().params[size_t(pc.param)].path].push_back(
-          {data, t.dtype, t.offset, pc, rank});
+    for (const Piece &pc : t.pieces) {
+      // A parameter replicated over ranks is read from the first only.
+      std::vector<View> &held = views[from.layout().params[size_t(pc.param)].path];
+      if (std::none_of(held.begin(), held.end(), [&](const View &v) {
+            return v.piece.lo == pc.lo && v.piece.count == pc.count &&
+                   v.dtype == t.dtype && v.offset == t.offset;
+          }))
+        held.push_back({data, ref->info->numBytes(), &ref->shard->path,
+                        ref->shard->header().dataStart + ref->info->dataBegin,
+                        t.dtype, t.offset, pc, rank});
+    }
   }
   for (const auto &[name, ref] : ckpt->tensors())
     if (!expected.count(name)) {
@@ -316,29 +472,262 @@ std::vector<int64_t> Converter::sourcesOf(int64_t rank) const {
   return {out.begin(), out.end()};
 }
 
-bool Converter::fill(const RankTensor &t, uint8_t *out,
-                     std::string &error) const {
+/// Runs of a source file shorter than this are copied from its mapping.
+constexpr uint64_t kMinFileCopy = 256 << 10;
+
+static bool isF8(DType t) {
+  return t == DType::F8E4M3 || t == DType::F8E5M2;
+}
+
+/// A copy from a source tensor.
+struct Converter::SourceCopy {
+  BoxCopy box;
+  const uint8_t *data;     // the source tensor's bytes, mapped
+  const std::string *file; // and where they are
+  uint64_t fileOffset;
+};
+
+/// A target tensor being written: the copies that fill it.
+struct Converter::Job {
+  const RankTensor *tensor = nullptr;
+  using Copy = SourceCopy;
+  std::vector<Copy> copies;
+  /// The source tensors it reads (data, bytes), released when it is done.
+  std::vector<std::pair<const uint8_t *, uint64_t>> sources;
+  /// Some elements belong to no piece (padding) and stay zero.
+  bool padded = false;
+  uint64_t size = 0;
+  std::atomic<uint64_t> done{0};
+
+  /// A piece holding an FP8 weight that the source stores quantized: its
+  /// E4M3 values and the scales of the blocks they fall in, each gathered
+  /// into a contiguous box, then multiplied (in f32, as DeepSeek's
+  /// weight_dequant does) and rounded once to the tensor's dtype.
+  struct Dequant {
+    Piece target, weightBox, scaleBox;
+    std::vector<Copy> weightCopies, scaleCopies;
+    int64_t block = 0;
+    WeightSides sides;
+  };
+  std::vector<Dequant> dequants;
+  /// The dequantized pieces in place, computed by the first fill() and
+  /// dropped when the tensor is done.
+  mutable std::once_flag materializeOnce;
+  mutable std::vector<uint8_t> materialized;
+};
+
+/// A contiguous (row-major) box like `box`.
+static Piece contiguous(const Piece &box) {
+  Piece out = box;
+  out.base = 0;
+  int64_t stride = 1;
+  for (size_t i = box.count.size(); i-- > 0;) {
+    out.stride[i] = stride;
+    stride *= box.count[i];
+  }
+  return out;
+}
+
+/// Flat index of the coordinates `c` (of atoms `atoms`, sizes `sizes`).
+static int64_t flatIndex(const std::vector<size_t> &atoms,
+                         const std::vector<int64_t> &sizes,
+                         const std::vector<int64_t> &c) {
+  int64_t index = 0;
+  for (size_t a : atoms)
+    index = index * sizes[a] + c[a];
+  return index;
+}
+
+void Converter::setThreads(unsigned n) { numThreads = std::max(1u, n); }
+
+bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
+  job.tensor = &t;
+  int64_t elements = 1, held = 0;
+  for (int64_t s : t.shape)
+    elements *= s;
+  job.size = uint64_t(elements) * byteSize(t.dtype);
+  std::set<std::pair<const uint8_t *, uint64_t>> sources;
   for (const Piece &target : t.pieces) {
     const std::string &path = to.layout().params[size_t(target.param)].path;
-    auto it = views.find(path);
+    if (t.dequantized) {
+      bool done = false;
+      if (!planDequant(t, target, job, sources, done, error))
+        return false;
+      if (done) {
+        held += target.numElements();
+        continue;
+      }
+    }
     int64_t covered = 0;
-    if (it != views.end())
+    if (auto it = views.find(path); it != views.end())
       for (const View &v : it->second) {
-        if ((v.dtype == DType::F8E4M3 || v.dtype == DType::F8E5M2 ||
-             t.dtype == DType::F8E4M3 || t.dtype == DType::F8E5M2) &&
+        Job::Copy copy{BoxCopy(), v.data, v.file, v.fileOffset};
+        if (!copy.box.init(v.piece, v.dtype, v.offset, target, t.dtype,
+                           t.offset))
+          continue;
+        if ((isF8(v.dtype) || isF8(t.dtype)) &&
             (v.dtype != t.dtype || v.offset != t.offset)) {
           error = "tensor '" + t.name + "' would convert 8-bit floats, " +
                   "which move as bytes only";
           return false;
         }
-        covered += copyIntersection(v.piece, v.data, v.dtype, v.offset,
-                                    target, out, t.dtype, t.offset);
+        covered += copy.box.size;
+        job.copies.push_back(std::move(copy));
+        sources.insert({v.data, v.bytes});
       }
     if (covered < target.numElements()) {
       error = "no source holds all of " + path + " for tensor '" + t.name +
               "' (" + std::to_string(covered) + " of " +
               std::to_string(target.numElements()) + " elements)";
       return false;
+    }
+    held += target.numElements();
+  }
+  job.padded = held < elements;
+  job.sources.assign(sources.begin(), sources.end());
+  return true;
+}
+
+/// The copies from the source views of `param` into `box`; false (with
+/// `error`) unless they cover it.
+bool Converter::gather(int param, const Piece &box, DType dtype,
+                       std::vector<SourceCopy> &copies,
+                       std::set<std::pair<const uint8_t *, uint64_t>> &sources,
+                       const std::string &tensor, std::string &error) const {
+  const std::string &path = to.layout().params[size_t(param)].path;
+  int64_t covered = 0;
+  if (auto it = views.find(path); it != views.end())
+    for (const View &v : it->second) {
+      Job::Copy copy{BoxCopy(), v.data, v.file, v.fileOffset};
+      if (v.dtype != dtype ||
+          !copy.box.init(v.piece, v.dtype, v.offset, box, dtype, v.offset))
+        continue;
+      covered += copy.box.size;
+      copies.push_back(std::move(copy));
+      sources.insert({v.data, v.bytes});
+    }
+  if (covered < box.numElements()) {
+    error = "no source holds all of " + path + " for tensor '" + tensor +
+            "' (" + std::to_string(covered) + " of " +
+            std::to_string(box.numElements()) + " elements)";
+    return false;
+  }
+  return true;
+}
+
+bool Converter::planDequant(
+    const RankTensor &t, const Piece &target, Job &job,
+    std::set<std::pair<const uint8_t *, uint64_t>> &sources, bool &done,
+    std::string &error) const {
+  const ModelLayout &m = to.layout();
+  const Param &w = m.params[size_t(target.param)];
+  auto it = views.find(w.path);
+  // A source that holds the weight dequantized too is copied as it is.
+  done = w.scale >= 0 && it != views.end() && !it->second.empty() &&
+         it->second.front().dtype == DType::F8E4M3;
+  if (!done)
+    return true;
+  Job::Dequant d;
+  d.target = target;
+  d.block = w.scaleBlock;
+  d.sides = weightSides(w);
+  d.weightBox = contiguous(target);
+  // The scale blocks the box touches: experts as the box, rows and columns
+  // from the blocks of its first to those of its last element.
+  std::vector<int64_t> first = target.lo, last = target.lo;
+  for (size_t a = 0; a < last.size(); ++a)
+    last[a] += target.count[a] - 1;
+  Piece scale;
+  scale.param = w.scale;
+  for (size_t a : d.sides.expert) {
+    scale.lo.push_back(target.lo[a]);
+    scale.count.push_back(target.count[a]);
+  }
+  for (const std::vector<size_t> *side : {&d.sides.out, &d.sides.in}) {
+    int64_t lo = flatIndex(*side, w.sizes, first) / d.block;
+    int64_t hi = flatIndex(*side, w.sizes, last) / d.block;
+    scale.lo.push_back(lo);
+    scale.count.push_back(hi - lo + 1);
+  }
+  scale.stride.assign(scale.lo.size(), 0);
+  d.scaleBox = contiguous(scale);
+  if (!gather(target.param, d.weightBox, DType::F8E4M3, d.weightCopies,
+              sources, t.name, error) ||
+      !gather(w.scale, d.scaleBox, DType::F32, d.scaleCopies, sources,
+              t.name, error))
+    return false;
+  job.dequants.push_back(std::move(d));
+  return true;
+}
+
+void Converter::materialize(const Job &job) const {
+  const RankTensor &t = *job.tensor;
+  size_t size = byteSize(t.dtype);
+  job.materialized.assign(job.size, 0);
+  for (const Job::Dequant &d : job.dequants) {
+    const Param &w = to.layout().params[size_t(d.target.param)];
+    std::vector<uint8_t> values(size_t(d.weightBox.numElements()));
+    std::vector<float> scales(size_t(d.scaleBox.numElements()));
+    int64_t lo, hi;
+    for (const Job::Copy &c : d.weightCopies)
+      c.box.run(c.data, values.data(), 0, int64_t(values.size()), lo, hi);
+    for (const Job::Copy &c : d.scaleCopies)
+      c.box.run(c.data, reinterpret_cast<uint8_t *>(scales.data()), 0,
+                int64_t(scales.size()), lo, hi);
+    size_t numExperts = d.sides.expert.size();
+    int64_t rows = d.scaleBox.count[numExperts],
+            cols = d.scaleBox.count[numExperts + 1];
+    int64_t rowBlock0 = d.scaleBox.lo[numExperts],
+            colBlock0 = d.scaleBox.lo[numExperts + 1];
+    // Every element of the box, row-major over the weight's atoms.
+    std::vector<int64_t> c = d.target.lo;
+    for (size_t i = 0; i < values.size(); ++i) {
+      int64_t expert = 0;
+      for (size_t k = 0; k < numExperts; ++k) {
+        size_t a = d.sides.expert[k];
+        expert = expert * d.scaleBox.count[k] + (c[a] - d.target.lo[a]);
+      }
+      int64_t row = flatIndex(d.sides.out, w.sizes, c) / d.block - rowBlock0;
+      int64_t col = flatIndex(d.sides.in, w.sizes, c) / d.block - colBlock0;
+      float product = float(e4m3ToDouble(values[i])) *
+                      scales[size_t((expert * rows + row) * cols + col)];
+      int64_t at = d.target.base;
+      for (size_t a = 0; a < c.size(); ++a)
+        at += (c[a] - d.target.lo[a]) * d.target.stride[a];
+      storeValue(product, t.dtype, job.materialized.data() + at * size);
+      for (size_t a = c.size(); a-- > 0;) {
+        if (++c[a] < d.target.lo[a] + d.target.count[a])
+          break;
+        c[a] = d.target.lo[a];
+      }
+    }
+  }
+}
+
+bool Converter::fill(const Job &job, uint64_t offset, uint8_t *out, size_t n,
+                     std::string &error) const {
+  const RankTensor &t = *job.tensor;
+  size_t size = byteSize(t.dtype);
+  if (offset % size || n % size) {
+    error = "a chunk splits an element";
+    return false;
+  }
+  // Padding (vocabulary rows past the end) stays zero.
+  if (!job.dequants.empty()) {
+    std::call_once(job.materializeOnce, [&] { materialize(job); });
+    std::memcpy(out, job.materialized.data() + offset, n);
+  } else if (job.padded) {
+    std::memset(out, 0, n);
+  }
+  int64_t begin = int64_t(offset / size), end = begin + int64_t(n / size);
+  for (const Job::Copy &c : job.copies) {
+    int64_t readLo, readHi;
+    c.box.run(c.data, out, begin, end, readLo, readHi);
+    // What a streaming copy has read, later windows do not read again.
+    if (c.box.streaming && readHi > readLo) {
+      size_t element = byteSize(c.box.sourceType());
+      SafetensorsFile::release(c.data + readLo * element,
+                               uint64_t(readHi - readLo) * element);
     }
   }
   return true;
@@ -347,55 +736,138 @@ bool Converter::fill(const RankTensor &t, uint8_t *out,
 bool Converter::writeRank(
     int64_t rank, const std::string &path, std::string &error,
     const std::function<void(const ConvertProgress &)> &progress) {
-  std::vector<RankTensor> tensors = to.rankTensors(toConfig, rank);
-  SafetensorsWriter writer;
+  return writeRanks({rank}, {path}, error, progress);
+}
+
+bool Converter::writeRanks(
+    const std::vector<int64_t> &ranks, const std::vector<std::string> &paths,
+    std::string &error,
+    const std::function<void(const ConvertProgress &)> &progress,
+    const std::function<void(size_t)> &written) {
+  size_t files = std::min(ranks.size(), paths.size());
+  // Every tensor of every file is planned before anything is written.
+  std::vector<std::vector<RankTensor>> tensors(files);
+  std::vector<std::vector<Job>> jobs(files);
   ConvertProgress state;
-  state.tensorsTotal = int64_t(tensors.size());
-  for (const RankTensor &t : tensors) {
-    int64_t n = 1;
-    for (int64_t s : t.shape)
-      n *= s;
-    state.bytesTotal += uint64_t(n) * byteSize(t.dtype);
+  state.ranksTotal = int64_t(files);
+  for (size_t f = 0; f < files; ++f) {
+    tensors[f] = to.rankTensors(toConfig, ranks[f]);
+    jobs[f] = std::vector<Job>(tensors[f].size());
+    state.tensorsTotal += int64_t(tensors[f].size());
+    for (size_t i = 0; i < tensors[f].size(); ++i) {
+      if (!plan(tensors[f][i], jobs[f][i], error))
+        return false;
+      state.bytesTotal += jobs[f][i].size;
+    }
   }
-  // Each tensor is built whole when the writer first asks for it, then
-  // streamed; only one buffer is alive at a time.
-  auto buffer = std::make_shared<std::vector<uint8_t>>();
-  auto failure = std::make_shared<std::string>();
-  for (const RankTensor &t : tensors) {
-    const RankTensor *tp = &t;
-    SafetensorsWriter::FillFn fillFn = [this, tp, buffer, failure, &state,
-                                        &progress](uint64_t offset,
-                                                   uint8_t *dst, size_t n,
-                                                   std::string &err) {
-      size_t size = 1;
-      for (int64_t s : tp->shape)
-        size *= size_t(s);
-      size *= byteSize(tp->dtype);
-      if (offset == 0) {
-        // Padding (vocabulary rows past the end) stays zero.
-        buffer->assign(size, 0);
-        if (!fill(*tp, buffer->data(), err)) {
-          *failure = err;
+
+  // Files are written several at a time, each on its own threads: writes
+  // to one file take its lock, writes to different files run in parallel.
+  // A failure stops the others; a writer removes its incomplete file.
+  std::mutex mutex; // guards state, firstError and the callbacks
+  std::string firstError;
+  std::atomic<bool> failed{false};
+  std::atomic<size_t> nextFile{0};
+  size_t atOnce = std::max<size_t>(1, std::min<size_t>(numThreads, files));
+  unsigned perFile = std::max(1u, numThreads / unsigned(atOnce));
+  auto fail = [&](const std::string &message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failed.exchange(true))
+      firstError = message;
+    return false;
+  };
+  // Source files, opened when first read from (-1 when they cannot be).
+  std::map<const std::string *, int> fds;
+  auto openFile = [&](const std::string *file) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto [it, added] = fds.emplace(file, -1);
+    if (added)
+      it->second = ::open(file->c_str(), O_RDONLY | O_CLOEXEC);
+    return it->second;
+  };
+  // Counts `n` bytes of `job` as done; the last release its sources.
+  auto finish = [&](Job *job, uint64_t n) {
+    if ((job->done += n) < job->size)
+      return;
+    for (const auto &[data, bytes] : job->sources)
+      SafetensorsFile::release(data, bytes);
+    std::vector<uint8_t>().swap(job->materialized);
+    std::lock_guard<std::mutex> lock(mutex);
+    state.bytesDone += job->size;
+    ++state.tensorsDone;
+    if (progress)
+      progress(state);
+  };
+  auto writeFile = [&](size_t f) {
+    SafetensorsWriter writer;
+    writer.setThreads(perFile);
+    std::string err;
+    for (size_t i = 0; i < tensors[f].size(); ++i) {
+      Job *job = &jobs[f][i];
+      SafetensorsWriter::FillFn fillFn = [&, job](uint64_t offset,
+                                                  uint8_t *dst, size_t n,
+                                                  std::string &fillError) {
+        if (failed) {
+          fillError = "stopped";
           return false;
         }
-      }
-      std::memcpy(dst, buffer->data() + offset, n);
-      if (offset + n == size) {
-        state.bytesDone += size;
-        ++state.tensorsDone;
-        buffer->clear();
-        buffer->shrink_to_fit();
-        if (progress)
-          progress(state);
-      }
-      return true;
-    };
-    if (!writer.add(t.name, t.dtype, t.shape, fillFn, error))
-      return false;
-  }
-  if (!writer.write(path, error)) {
-    if (!failure->empty())
-      error = *failure;
+        if (!fill(*job, offset, dst, n, fillError))
+          return false;
+        finish(job, n);
+        return true;
+      };
+      // Bytes that are a long run of a source file are copied from there
+      // (short runs are cheaper to copy from the mapping).
+      SafetensorsWriter::SourceFn sourceFn = [&, job](uint64_t offset,
+                                                      size_t &n, int &fd,
+                                                      uint64_t &fileOffset) {
+        size_t size = byteSize(job->tensor->dtype);
+        int64_t from, count;
+        if (failed || offset % size)
+          return false;
+        for (const Job::Copy &c : job->copies) {
+          if (!c.box.locate(int64_t(offset / size), from, count))
+            continue;
+          if (uint64_t(count) * size < kMinFileCopy &&
+              uint64_t(count) * size < n)
+            return false;
+          if ((fd = openFile(c.file)) < 0)
+            return false;
+          n = std::min(n, size_t(count) * size);
+          fileOffset = c.fileOffset + uint64_t(from) * size;
+          finish(job, n);
+          return true;
+        }
+        return false;
+      };
+      if (!writer.add(tensors[f][i].name, tensors[f][i].dtype,
+                      tensors[f][i].shape, std::move(fillFn),
+                      std::move(sourceFn), err))
+        return fail(err);
+    }
+    if (!writer.write(paths[f], err))
+      return fail(err);
+    std::lock_guard<std::mutex> lock(mutex);
+    ++state.ranksDone;
+    if (written)
+      written(f);
+    if (progress)
+      progress(state);
+    return true;
+  };
+  auto work = [&] {
+    while (!failed) {
+      size_t f = nextFile++;
+      if (f >= files || !writeFile(f))
+        return;
+    }
+  };
+  runWorkers(atOnce, work);
+  for (const auto &[file, fd] : fds)
+    if (fd >= 0)
+      ::close(fd);
+  if (failed) {
+    error = firstError;
     return false;
   }
   return true;

@@ -2,6 +2,8 @@
 
 #include "mdl/Runtime/Json.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +66,15 @@ void Value::set(std::string key, Value v) {
     return;
   }
   obj.emplace_back(std::move(key), std::move(v));
+}
+
+bool Value::erase(std::string_view key) {
+  auto it = std::find_if(obj.begin(), obj.end(),
+                         [&](const auto &m) { return m.first == key; });
+  if (it == obj.end())
+    return false;
+  obj.erase(it);
+  return true;
 }
 
 const char *Value::kindName(Kind k) {

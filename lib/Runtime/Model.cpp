@@ -361,8 +361,21 @@ void Model::buildParams(Instance &node) {
     p.styleDim = d.styleDim;
     p.expert = d.expert;
     p.stage = stageOf(d.name);
+    if (d.scaleBlock) {
+      p.scaleBlock = at(d.where, [&] { return evalOne(node, d.scaleBlock,
+                                                      Value::integer(0)); })
+                         .i;
+      if (p.scaleBlock < 0)
+        fail(d.where, "the scale block size of '" + p.path +
+                          "' is negative (" + std::to_string(p.scaleBlock) +
+                          ")");
+    }
     ParamInstance b = p;
+    b.scaleBlock = 0;
     add(d, std::move(p), d.axes);
+    // An FP8 block-scaled weight is stored in E4M3 unless declared otherwise.
+    if (node.params.back().scaleBlock > 0 && !d.dtype)
+      node.params.back().dtype = DType::F8E4M3;
     if (!d.linear || !d.bias ||
         !at(d.where,
             [&] { return evalOne(node, d.biasCond, Value::boolean(true)); })
@@ -526,6 +539,8 @@ public:
     bindNode(model.root(), {});
     for (auto &[name, value] : *choices)
       out.layout.choices[name] = value;
+    out.layout.classes = backend.classes;
+    bindBlockScales();
   }
 
 private:
@@ -628,6 +643,11 @@ private:
         }
         rp.sizes = p.sizes;
         rp.placement = placementOf(p.stage);
+        if (p.decl->linear)
+          rp.linearOutAxes = p.decl->outAxes;
+        rp.bias = p.bias;
+        rp.scaleBlock = p.scaleBlock;
+        rp.expert = p.expert;
         rp.unit = unitOf(&node);
         rp.source = source(p.decl->where);
         rp.splits = splitsOf(p);
@@ -636,6 +656,29 @@ private:
         out.params.push_back(&p);
       }
     });
+  }
+
+  void bindBlockScales() {
+    if (backend.blockScaleSuffix) {
+      RankContext one;
+      out.layout.blockScaleSuffix =
+          evalOne(model.root(), backend.blockScaleSuffix, Value::string(""),
+                  &one, choices.get())
+              .s;
+    }
+    size_t numParams = out.layout.params.size();
+    BlockScaleResult r = addBlockScales(
+        out.layout, model.dtype().value_or(DType::BF16));
+    if (!r.errors.empty()) {
+      const TensorSpec &t = out.layout.tensors[size_t(r.errors[0].first)];
+      fail(out.sources[size_t(t.source)],
+           "tensor '" + renderName(t, 0) + "' " + r.errors[0].second);
+    }
+    for (size_t i = numParams; i < out.layout.params.size(); ++i)
+      out.params.push_back(
+          out.params[size_t(out.layout.params[i].scaleOf)]);
+    for (int c : r.companionOf)
+      out.tensorNodes.push_back(out.tensorNodes[size_t(c)]);
   }
 
   void bindBackend() {

@@ -251,11 +251,13 @@ void Planner::validate() {
   for (const Param &p : m.params)
     for (const Split &s : p.splits) {
       int64_t n = cfg.size(s.axis);
-      if (n == 1)
+      if (n == 1 || foldedScale(m, p))
         continue;
       int64_t pad = s.padMultiple ? s.padMultiple(cfg) : 0;
       SplitResult r = splitAtoms(splitSizes(p, s), n, 0, s.replicateWhenFewer,
                                  pad);
+      if (r.ok && !s.indivisible.empty())
+        r.ok = false, r.why = s.indivisible;
       if (r.ok)
         continue;
       std::string key = std::string(axisName(s.axis)) + "=" +
@@ -327,20 +329,11 @@ void Planner::validate() {
 }
 
 std::vector<RankContext> Planner::ranks() const {
+  // Ranks are numbered tp fastest, then ep, then pp.
   std::vector<RankContext> out;
-  for (int64_t p = 0; p < cfg.pp; ++p)
-    for (int64_t c = 0; c < cfg.vpp; ++c)
-      for (int64_t e = 0; e < cfg.ep; ++e)
-        for (int64_t t = 0; t < cfg.tp; ++t) {
-          RankContext ctx;
-          ctx.config = cfg;
-          ctx.tpRank = t;
-          ctx.ppRank = p;
-          ctx.chunk = c;
-          ctx.epRank = e;
-          ctx.etpRank = cfg.etp > 1 ? t % cfg.etp : 0;
-          out.push_back(ctx);
-        }
+  for (int64_t r = 0, n = numRanks(cfg); r < n; ++r)
+    for (RankContext &ctx : rankContexts(cfg, r))
+      out.push_back(std::move(ctx));
   return out;
 }
 
@@ -621,6 +614,52 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
   return true;
 }
 
+int64_t mdl::rt::numRanks(const ParallelConfig &config) {
+  return config.tp * config.pp * config.ep;
+}
+
+std::vector<RankContext> mdl::rt::rankContexts(const ParallelConfig &config,
+                                               int64_t rank) {
+  std::vector<RankContext> out;
+  int64_t tp = rank % config.tp, rest = rank / config.tp;
+  int64_t ep = rest % config.ep, pp = rest / config.ep;
+  for (int64_t c = 0; c < config.vpp; ++c) {
+    RankContext ctx;
+    ctx.config = config;
+    ctx.tpRank = tp;
+    ctx.epRank = ep;
+    ctx.ppRank = pp;
+    ctx.chunk = c;
+    ctx.etpRank = config.etp > 1 ? tp % config.etp : 0;
+    out.push_back(ctx);
+  }
+  return out;
+}
+
+std::vector<RankTensor> mdl::rt::rankTensors(const ModelLayout &m,
+                                             const ParallelConfig &config,
+                                             int64_t rank) {
+  std::vector<RankTensor> out;
+  Planner planner(m, config);
+  for (const RankContext &ctx : rankContexts(config, rank)) {
+    std::string prefix =
+        config.vpp > 1 ? "model" + std::to_string(ctx.chunk) + "." : "";
+    for (const LocalTensor &lt : planner.tensors(ctx, nullptr))
+      for (int64_t i = 0; i < lt.familySize(); ++i) {
+        RankTensor t;
+        t.name = prefix + lt.name(m, i);
+        t.shape = lt.shape;
+        t.dtype = lt.dtype;
+        t.copy = m.tensors[lt.spec].copy;
+        t.offset = m.tensors[lt.spec].offset;
+        t.dequantized = m.tensors[lt.spec].dequantized;
+        t.pieces = lt.memberPieces(m, i);
+        out.push_back(std::move(t));
+      }
+  }
+  return out;
+}
+
 std::vector<LocalTensor> Planner::tensors(const RankContext &ctx,
                                           std::vector<Problem> *problems,
                                           const std::vector<bool> *skip) const {
@@ -785,10 +824,12 @@ public:
       out << p.atoms[i] << '=' << p.sizes[i] << ',';
     for (int a : p.axisAtoms)
       out << a << ';';
+    out << 'b' << p.scaleBlock;
     for (const Split &s : p.splits) {
       if (s.padMultiple)
         return false;
-      out << '/' << int(s.axis) << (s.replicateWhenFewer ? "r" : "");
+      out << '/' << int(s.axis) << (s.replicateWhenFewer ? "r" : "")
+          << s.indivisible;
       for (const std::string &a : s.atoms)
         out << a << ',';
     }
@@ -797,7 +838,8 @@ public:
   }
 
   void addTensor(const TensorSpec &t) {
-    out << 'T' << (t.copy ? "c" : "") << t.offset << ':'
+    out << 'T' << (t.copy ? "c" : "") << (t.dequantized ? "q" : "")
+        << t.offset << ':'
         << (t.stored ? specName(*t.stored) : "") << ':' << param(t.param)
         << '[';
     // The element's own index, staged or spelled out, is left out.
@@ -989,6 +1031,8 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
       if (scope && scope->skipParam[i])
         continue;
       const Param &p = m.params[i];
+      if (foldedScale(m, p))
+        continue;
       bool placed = planner.placedOn(p.placement, ctx);
       auto &boxes = held[int(i)];
       if (!placed) {

@@ -4,11 +4,14 @@
 #include "mdl/Runtime/Json.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -112,19 +115,6 @@ bool preadAll(int fd, uint8_t *dst, size_t n, uint64_t offset) {
     dst += got;
     n -= size_t(got);
     offset += uint64_t(got);
-  }
-  return true;
-}
-
-bool writeAll(int fd, const uint8_t *src, size_t n) {
-  while (n > 0) {
-    ssize_t put = ::write(fd, src, n);
-    if (put < 0 && errno == EINTR)
-      continue;
-    if (put <= 0)
-      return false;
-    src += put;
-    n -= size_t(put);
   }
   return true;
 }
@@ -430,6 +420,17 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string &path,
   return file;
 }
 
+void SafetensorsFile::release(const uint8_t *data, uint64_t n) {
+  uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  uintptr_t first = (begin + page - 1) / page * page;
+  uintptr_t last = (begin + n) / page * page;
+  // The mapping is private and never written: dropped pages hold nothing
+  // but the file's bytes, which a later read maps again.
+  if (last > first)
+    ::madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED);
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (base)
     ::munmap(const_cast<uint8_t *>(base), mappedSize);
@@ -498,6 +499,18 @@ bool SafetensorsWriter::add(std::string name, DType dtype,
   return addEntry(std::move(e), error);
 }
 
+bool SafetensorsWriter::add(std::string name, DType dtype,
+                            std::vector<int64_t> shape, FillFn fill,
+                            SourceFn source, std::string &error) {
+  Entry e;
+  e.info.name = std::move(name);
+  e.info.dtype = dtype;
+  e.info.shape = std::move(shape);
+  e.fill = std::move(fill);
+  e.source = std::move(source);
+  return addEntry(std::move(e), error);
+}
+
 bool SafetensorsWriter::setMetadata(std::string key, std::string value,
                                     std::string &error) {
   if (!isValidUtf8(key) || !isValidUtf8(value)) {
@@ -511,6 +524,7 @@ bool SafetensorsWriter::setMetadata(std::string key, std::string value,
 namespace {
 
 /// The file being written: a temporary that is removed unless committed.
+/// Writes are positional, so that threads can write disjoint ranges.
 class TempFile {
 public:
   explicit TempFile(std::string target)
@@ -528,37 +542,52 @@ public:
     if (fd < 0)
       return fail("cannot create temporary file '" + temp + "'", error);
     created = true;
-    buffer.reserve(kBufferSize);
     return true;
   }
 
-  bool write(const uint8_t *src, size_t n, std::string &error) {
-    if (buffer.size() + n <= kBufferSize) {
-      buffer.insert(buffer.end(), src, src + n);
-      return true;
+  /// Writes `n` bytes at file offset `offset`. Safe to call from several
+  /// threads for disjoint ranges.
+  bool writeAt(uint64_t offset, const uint8_t *src, size_t n,
+               std::string &error) const {
+    for (uint64_t at = offset, end = offset + n; at < end;) {
+      ssize_t put = ::pwrite(fd, src, size_t(end - at), off_t(at));
+      if (put < 0 && errno == EINTR)
+        continue;
+      if (put <= 0) {
+        if (put == 0)
+          errno = EIO;
+        return fail("cannot write '" + temp + "'", error);
+      }
+      src += put;
+      at += uint64_t(put);
     }
-    if (!flush(error))
-      return false;
-    if (!writeAll(fd, src, n))
-      return fail("cannot write '" + temp + "'", error);
+    startWriteback(offset, n);
     return true;
   }
 
-  /// Room for up to `n` bytes at the end of the buffer, flushing it if full;
-  /// returns the pointer and sets `n` to the room given.
-  uint8_t *reserve(size_t &n, std::string &error) {
-    if (buffer.size() == kBufferSize && !flush(error))
-      return nullptr;
-    n = std::min(n, kBufferSize - buffer.size());
-    size_t used = buffer.size();
-    buffer.resize(used + n);
-    return buffer.data() + used;
+  /// Copies up to `n` bytes at `from` in file `source` to file offset
+  /// `offset` in the kernel; returns how many it copied, fewer when the
+  /// kernel cannot (another file system, no support): the caller writes the
+  /// rest. Safe to call from several threads for disjoint ranges.
+  size_t copyAt(uint64_t offset, int source, uint64_t from, size_t n) const {
+    size_t done = 0;
+#ifdef __linux__
+    while (done < n) {
+      loff_t in = loff_t(from + done), at = loff_t(offset + done);
+      ssize_t got = ::copy_file_range(source, &in, fd, &at, n - done, 0);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0)
+        break;
+      done += size_t(got);
+    }
+    startWriteback(offset, done);
+#endif
+    return done;
   }
 
-  /// Flushes, syncs and renames over the target.
+  /// Syncs, closes and renames over the target.
   bool commit(std::string &error) {
-    if (!flush(error))
-      return false;
     if (::fsync(fd) != 0)
       return fail("cannot sync '" + temp + "'", error);
     int closing = fd;
@@ -583,16 +612,16 @@ public:
   }
 
 private:
-  static constexpr size_t kBufferSize = size_t(1) << 20;
-
-  bool flush(std::string &error) {
-    if (!writeAll(fd, buffer.data(), buffer.size()))
-      return fail("cannot write '" + temp + "'", error);
-    buffer.clear();
-    return true;
+  /// Starts writing back a range now rather than all at once in commit()'s
+  /// fsync, so that the disk works while the next chunks are being built.
+  void startWriteback(uint64_t offset, uint64_t n) const {
+#ifdef __linux__
+    if (n)
+      ::sync_file_range(fd, off_t(offset), off_t(n), SYNC_FILE_RANGE_WRITE);
+#endif
   }
 
-  bool fail(const std::string &what, std::string &error) {
+  bool fail(const std::string &what, std::string &error) const {
     error = target + ": " + what + ": " + errnoText();
     return false;
   }
@@ -600,10 +629,31 @@ private:
   std::string target, temp;
   int fd = -1;
   bool created = false, committed = false;
-  std::vector<uint8_t> buffer;
 };
 
+/// The data section is written in chunks of this many bytes (a multiple of
+/// every element size), each filled in one buffer and written with one call.
+constexpr uint64_t kChunkSize = uint64_t(4) << 20;
+
 } // namespace
+
+void mdl::rt::runWorkers(size_t n, const std::function<void()> &work) {
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < n; ++t) {
+    try {
+      helpers.emplace_back(work);
+    } catch (...) {
+      break; // no more threads: the others do the work
+    }
+  }
+  work();
+  for (std::thread &t : helpers)
+    t.join();
+}
+
+void SafetensorsWriter::setThreads(unsigned n) {
+  numThreads = std::max(1u, std::min(n, 256u));
+}
 
 bool SafetensorsWriter::write(const std::string &path,
                               std::string &error) const {
@@ -616,6 +666,8 @@ bool SafetensorsWriter::write(const std::string &path,
                      return byteSize(a->info.dtype) > byteSize(b->info.dtype);
                    });
   std::map<std::string_view, uint64_t> begins;
+  // Where each tensor (in data order) begins; the data section's size last.
+  std::vector<uint64_t> starts;
   uint64_t offset = 0;
   for (const Entry *e : order) {
     uint64_t size = e->info.dataEnd;
@@ -624,8 +676,10 @@ bool SafetensorsWriter::write(const std::string &path,
       return false;
     }
     begins[e->info.name] = offset;
+    starts.push_back(offset);
     offset += size;
   }
+  starts.push_back(offset);
 
   // The header, tensors sorted by name (the order of `entries`).
   std::string header = "{";
@@ -656,33 +710,106 @@ bool SafetensorsWriter::write(const std::string &path,
   TempFile out(path);
   if (!out.create(error))
     return false;
-  uint8_t length[8];
+  std::string prefix(8, '\0');
   for (int i = 0; i < 8; ++i)
-    length[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  if (!out.write(length, 8, error) ||
-      !out.write(reinterpret_cast<const uint8_t *>(header.data()),
-                 header.size(), error))
+    prefix[size_t(i)] = char(uint8_t(uint64_t(header.size()) >> (8 * i)));
+  prefix += header;
+  if (!out.writeAt(0, reinterpret_cast<const uint8_t *>(prefix.data()),
+                   prefix.size(), error))
     return false;
-  for (const Entry *e : order) {
-    uint64_t size = e->info.dataEnd;
-    if (!e->fill) {
-      if (size && !out.write(static_cast<const uint8_t *>(e->data),
-                             size_t(size), error))
-        return false;
-      continue;
-    }
-    for (uint64_t done = 0; done < size;) {
-      size_t n = size_t(std::min<uint64_t>(size - done, SIZE_MAX));
-      uint8_t *dst = out.reserve(n, error);
-      if (!dst)
-        return false;
-      std::string fillError;
-      if (!e->fill(done, dst, n, fillError)) {
-        error = path + ": tensor " + nameText(e->info.name) + ": " + fillError;
-        return false;
+
+  // The data section in chunks, taken in order by the workers; a chunk may
+  // hold the ends of several tensors. One worker fills each tensor in order.
+  uint64_t dataStart = prefix.size(), total = offset;
+  uint64_t numChunks = (total + kChunkSize - 1) / kChunkSize;
+  std::atomic<uint64_t> nextChunk{0};
+  std::atomic<bool> failed{false};
+  std::mutex errorMutex;
+  std::string firstError;
+  auto fail = [&](const std::string &message) {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    if (!failed.exchange(true))
+      firstError = message;
+  };
+  auto work = [&] {
+    std::vector<uint8_t> buffer;
+    std::string fillError, writeError;
+    for (;;) {
+      uint64_t c = nextChunk++;
+      if (c >= numChunks || failed)
+        return;
+      uint64_t lo = c * kChunkSize, hi = std::min(total, lo + kChunkSize);
+      // The first tensor that ends after `lo`.
+      size_t i = size_t(std::upper_bound(starts.begin(), starts.end(), lo) -
+                        starts.begin()) -
+                 1;
+      const Entry *e = order[i];
+      // A chunk inside one tensor given as bytes goes out from there.
+      if (!e->fill && starts[i + 1] >= hi) {
+        if (!out.writeAt(dataStart + lo,
+                         static_cast<const uint8_t *>(e->data) +
+                             (lo - starts[i]),
+                         size_t(hi - lo), writeError))
+          return fail(writeError);
+        continue;
       }
-      done += n;
+      // Bytes that are in a file already are copied from there; the others
+      // are filled into the buffer, which goes out in one write per run
+      // between copies.
+      buffer.resize(size_t(hi - lo));
+      uint64_t unwritten = lo; // buffered bytes [unwritten, at) not written
+      auto flush = [&](uint64_t at) {
+        bool ok = unwritten == at ||
+                  out.writeAt(dataStart + unwritten,
+                              buffer.data() + (unwritten - lo),
+                              size_t(at - unwritten), writeError);
+        unwritten = at;
+        return ok;
+      };
+      for (; i < order.size() && starts[i] < hi; ++i) {
+        e = order[i];
+        uint64_t to = std::min(hi, starts[i + 1]);
+        for (uint64_t at = std::max(lo, starts[i]); at < to;) {
+          size_t n = size_t(to - at), element = byteSize(e->info.dtype);
+          int fd = -1;
+          uint64_t fileOffset = 0;
+          bool inFile = e->source && e->source(at - starts[i], n, fd,
+                                               fileOffset);
+          if (n == 0 || n > to - at || n % element)
+            n = size_t(to - at), inFile = false;
+          if (inFile) {
+            if (!flush(at))
+              return fail(writeError);
+            // What a short copy leaves, whole elements, is filled.
+            size_t copied = out.copyAt(dataStart + at, fd, fileOffset, n);
+            copied -= copied % element;
+            at += copied;
+            unwritten = at;
+            n -= copied;
+            if (n == 0)
+              continue;
+          }
+          uint8_t *dst = buffer.data() + (at - lo);
+          if (!e->fill)
+            std::memcpy(dst,
+                        static_cast<const uint8_t *>(e->data) +
+                            (at - starts[i]),
+                        n);
+          else if (!e->fill(at - starts[i], dst, n, fillError))
+            return fail(path + ": tensor " + nameText(e->info.name) + ": " +
+                        fillError);
+          at += n;
+        }
+      }
+      if (!flush(hi))
+        return fail(writeError);
     }
+  };
+  runWorkers(std::min<uint64_t>(numThreads, std::max<uint64_t>(numChunks, 1)),
+             work);
+  if (failed) {
+    error = firstError;
+    return false;
   }
   return out.commit(error);
 }

@@ -1054,6 +1054,9 @@ void Analyzer::checkMember(const ModuleDecl *m, const Member *mem) {
     }
     if (l->biasCond)
       expect(l->biasCond.get(), env, boolT, "a bias condition");
+    if (l->scaleBlock)
+      expect(l->scaleBlock.get(), env, Type::get(Type::Int),
+             "a scale block size");
     if (l->cond)
       expect(l->cond.get(), env, boolT, "a condition");
     return;
@@ -1611,7 +1614,8 @@ void Analyzer::checkBackend(const BackendDecl *b) {
       }
       break;
     case BackendEntry::Class:
-      if (!isClassRole(e.name.name))
+      if (!isClassRole(e.name.name) &&
+          !llvm::StringRef(e.name.name).starts_with("module:"))
         error(e.name.loc()) << "unknown class role '" << e.name.name
                             << "' (known: column, column_norm, row, "
                                "replicated, grouped_column, grouped_row, "

@@ -20,7 +20,68 @@ import sys
 import numpy as np
 
 NP = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32,
-      "F64": np.float64, "I64": np.int64, "I32": np.int32}
+      "F64": np.float64, "I64": np.int64, "I32": np.int32,
+      "F8_E4M3": np.uint8}
+
+
+# -- FP8 block scales (DeepSeek-V3) ------------------------------------------
+# An E4M3 weight W [R, C] comes with W_scale_inv [ceil(R/B), ceil(C/B)], F32:
+# the real weight is e4m3(W) * scale of its B x B block (DeepSeek's
+# weight_dequant, Megatron-Bridge's dequantize_fp8_blockwise: the product in
+# f32, then rounded to bf16).
+
+def e4m3_to_f32(bits):
+    """E4M3 (fn: no infinities, S.1111.111 is NaN) to float32."""
+    b = bits.astype(np.int64)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    exp = (b >> 3) & 0xF
+    man = b & 0x7
+    normal = (1.0 + man / 8.0) * np.exp2(exp - 7.0)
+    subnormal = (man / 8.0) * np.exp2(-6.0)
+    v = sign * np.where(exp == 0, subnormal, normal)
+    v = np.where((exp == 0xF) & (man == 0x7), np.nan, v)
+    return v.astype(np.float32)
+
+
+def f32_to_bf16(x):
+    """Round to nearest even, as torch's .to(torch.bfloat16)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan = np.isnan(x)
+    return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+def upsample(scale, shape, block):
+    """Each element of a weight of `shape` gets its block's scale."""
+    s = np.repeat(np.repeat(scale, block, axis=-2), block, axis=-1)
+    return np.ascontiguousarray(s[..., :shape[-2], :shape[-1]])
+
+
+def downsample(a, block, name):
+    """The scale of each block of `a`, which must be constant per block:
+    a backend tensor's slices of weights must fall on block boundaries."""
+    s = np.ascontiguousarray(a[..., ::block, ::block])
+    if not np.array_equal(upsample(s, a.shape, block), a):
+        raise SystemExit("reference: %s is not split on %d-blocks" % (name, block))
+    return s
+
+
+def fp8_views(hf, block):
+    """(the checkpoint without its scales, each FP8 weight replaced by its
+    upsampled scales, each FP8 weight dequantized to bf16)."""
+    weights, scales, dequantized = {}, {}, {}
+    for name, (dtype, a) in hf.items():
+        if name.endswith("_scale_inv"):
+            continue
+        weights[name] = (dtype, a)
+        scales[name] = (dtype, a)
+        dequantized[name] = (dtype, a)
+        s = hf.get(name + "_scale_inv")
+        if s is not None:
+            up = upsample(s[1], a.shape, block)
+            scales[name] = ("F32", up)
+            dequantized[name] = ("BF16", f32_to_bf16(e4m3_to_f32(a) * up))
+    return weights, scales, dequantized
 
 
 def load(path):
@@ -68,7 +129,7 @@ class Reference:
                                self.text.get("tie_word_embeddings", False))
         self.out = {}
         self.moe = "num_experts" in self.text or "n_routed_experts" in self.text
-        self.glm = model.startswith("glm4")
+        self.glm = model.startswith("glm4") or model == "deepseek_v3"
         # Qwen3.8: hyper-connections, no norms, mcore-bridge's layouts.
         self.q38 = model == "qwen3_8"
         self.mcore = backend.startswith("mcore")
@@ -590,7 +651,20 @@ def main():
     par = {a: getattr(args, a) for a in ["tp", "pp", "ep", "etp", "vpp"]}
     config = json.load(open(os.path.join(args.hf, "config.json")))
     hf = load_dir(args.hf)
-    ref = Reference(args.model, args.backend.replace("-", "_"), config, hf, par)
+    backend = args.backend.replace("-", "_")
+    quant = config.get("quantization_config") or {}
+    block = quant["weight_block_size"][0] if quant.get("quant_method") == "fp8" else 0
+    scale_ref = None
+    if block:
+        weights, scales, dequantized = fp8_views(hf, block)
+        if backend.startswith("mcore"):
+            # Megatron holds the weights dequantized.
+            hf = dequantized
+        else:
+            # vLLM keeps the scales: they follow the weights block for block.
+            hf = weights
+            scale_ref = Reference(args.model, backend, config, scales, par)
+    ref = Reference(args.model, backend, config, hf, par)
     plan = json.load(open(os.path.join(args.out, "plan.json")))
     ranks = par["tp"] * par["pp"] * par["ep"] if ref.mcore else par["tp"]
     dirs = sorted(d for d in os.listdir(args.out) if os.path.isdir(os.path.join(args.out, d)))
@@ -604,6 +678,10 @@ def main():
             d = "rank_%02d" % t
         got = load(os.path.join(args.out, d, "model.safetensors"))
         want = ref.rank(r)
+        if scale_ref:
+            upsampled = scale_ref.rank(r)
+            for name in [n for n, a in want.items() if a.dtype == np.uint8]:
+                want[name + "_scale_inv"] = downsample(upsampled[name], block, name)
         if set(got) != set(want):
             print("rank %d (%s): names differ: only in the reference %s; only in the output %s" %
                   (r, d, sorted(set(want) - set(got))[:5], sorted(set(got) - set(want))[:5]))

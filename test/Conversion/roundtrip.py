@@ -8,6 +8,11 @@ every rank against the independent reference (reference.py), converts back
 to HF and requires every tensor to be byte for byte the original. Also
 converts one backend to another and compares with the direct conversion.
 
+An FP8 checkpoint (quantization_config with weight_block_size) keeps its
+scales where the backend does (vLLM: byte for byte again); Megatron holds
+the weights dequantized, so from there HF gets the dequantized checkpoint
+(bf16, no scales, no quantization_config), compared with numpy's.
+
   roundtrip.py --mdlc MDLC --convert MDL_CONVERT --spec SPEC --model M
                --config CONFIG.json --work DIR [--storage per_expert|packed]
 """
@@ -26,15 +31,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import reference  # noqa: E402
 
-SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8}
-
-
 def random_values(dtype, n, rng):
     """Values in [1, 4): value transforms (stored = w - 1) are exact on
     them in every float type, so round trips can be byte for byte."""
     if dtype in ("I64", "I32"):
         return rng.integers(-2**31, 2**31, n).astype(
             np.int64 if dtype == "I64" else np.int32).tobytes()
+    if dtype == "F8_E4M3":
+        # Any E4M3 value but NaN (S.1111.111).
+        b = rng.integers(0, 256, n).astype(np.uint8)
+        return np.where((b & 0x7F) == 0x7F, b ^ 1, b).astype(np.uint8).tobytes()
     v = rng.uniform(1.0, 4.0, n)
     if dtype == "BF16":
         bits = v.astype(np.float32).view(np.uint32)
@@ -68,8 +74,9 @@ def run(cmd):
 
 
 def same(a, b):
-    """Tensors of two HF checkpoints, byte for byte."""
-    x, y = reference.load_dir(a), reference.load_dir(b)
+    """Tensors of two HF checkpoints (directories or loaded), byte for byte."""
+    x = a if isinstance(a, dict) else reference.load_dir(a)
+    y = b if isinstance(b, dict) else reference.load_dir(b)
     if set(x) != set(y):
         return "names differ: %s" % sorted(set(x) ^ set(y))[:5]
     for name in x:
@@ -102,6 +109,10 @@ def main():
     write_checkpoint(os.path.join(hf, "model.safetensors"), tensors,
                      np.random.default_rng(7))
     moe = any(".experts." in t["name"] for t in tensors)
+    quant = json.load(open(args.config)).get("quantization_config") or {}
+    block = quant["weight_block_size"][0] if quant.get("quant_method") == "fp8" else 0
+    # What HF gets back from a backend that keeps no block scales.
+    dequantized = reference.fp8_views(reference.load_dir(hf), block)[2] if block else None
 
     grid = list(itertools.product([1, 2, 4], [1, 2], [1, 2, 4] if moe else [1],
                                   [1, 2] if moe else [1]))
@@ -134,16 +145,28 @@ def main():
             if r.returncode:
                 failures.append("%s: backend -> hf failed: %s" % (where, r.stderr.strip()))
                 continue
-            diff = same(hf, back)
+            dequantizing = block and backend.startswith("mcore")
+            diff = same(dequantized if dequantizing else hf, back)
             if diff:
                 failures.append("%s: the round trip changed the checkpoint: %s" % (where, diff))
+            if dequantizing and "quantization_config" in json.load(
+                    open(os.path.join(back, "config.json"))):
+                failures.append("%s: the dequantized checkpoint's config keeps "
+                                "quantization_config" % where)
 
     # Backend to backend (online weight sync): Megatron tp=2 to vLLM tp=2
     # equals HF to vLLM directly.
-    mc, vl, direct = (os.path.join(args.work, d) for d in ("b2b_mcore", "b2b_vllm", "b2b_direct"))
+    # With FP8 weights, Megatron's are dequantized: the direct conversion
+    # starts from the dequantized HF checkpoint.
+    mc, vl, direct, deq = (os.path.join(args.work, d) for d in (
+        "b2b_mcore", "b2b_vllm", "b2b_direct", "b2b_dequantized"))
     steps = [["--from", "hf", "--to", "mcore_te", "--tp", "2", hf, mc],
-             ["--from", "mcore_te", "--to", "vllm", "--tp", "2", mc, vl],
-             ["--from", "hf", "--to", "vllm", "--tp", "2", hf, direct]]
+             ["--from", "mcore_te", "--to", "vllm", "--tp", "2", mc, vl]]
+    if block:
+        steps += [["--from", "mcore_te", "--to", "hf", mc, deq],
+                  ["--from", "hf", "--to", "vllm", "--tp", "2", deq, direct]]
+    else:
+        steps += [["--from", "hf", "--to", "vllm", "--tp", "2", hf, direct]]
     for s in steps:
         r = run([args.convert, "--model", args.model, "--quiet"] + s)
         if r.returncode:

@@ -489,34 +489,47 @@ int main(int argc, char **argv) {
   if (!makeDir(outDir, cleanup, error))
     return fail(error);
   bool tty = !quiet && isatty(2);
+  std::vector<int64_t> todo;
+  std::vector<std::string> files;
   for (int64_t r = 0; r < ranks; ++r) {
     if (onlyRank >= 0 && r != onlyRank)
       continue;
     std::string dir = toName == "hf" ? outDir : outDir + "/" + to->rankDir(target, r);
     if (!makeDir(dir, cleanup, error))
       return fail(error);
-    std::string file = dir + "/model.safetensors";
-    auto progress = [&](const ConvertProgress &p) {
-      if (tty)
-        std::fprintf(stderr,
-                     "\r[rank %lld/%lld] %lld/%lld tensors, %.2f/%.2f GB ",
-                     (long long)r + 1, (long long)ranks,
-                     (long long)p.tensorsDone, (long long)p.tensorsTotal,
-                     p.bytesDone / 1e9, p.bytesTotal / 1e9);
-    };
-    if (!converter.writeRank(r, file, error, progress)) {
-      if (tty)
-        std::fputc('\n', stderr);
-      return fail(error);
-    }
-    cleanup.files.push_back(file);
+    todo.push_back(r);
+    files.push_back(dir + "/model.safetensors");
   }
+  auto progress = [&](const ConvertProgress &p) {
+    if (tty)
+      std::fprintf(stderr, "\r%lld/%lld ranks, %lld/%lld tensors, %.2f/%.2f GB ",
+                   (long long)p.ranksDone, (long long)p.ranksTotal,
+                   (long long)p.tensorsDone, (long long)p.tensorsTotal,
+                   p.bytesDone / 1e9, p.bytesTotal / 1e9);
+  };
+  // The ranks are written in parallel; a file is removed again on failure
+  // once it is complete (the converter removes incomplete ones).
+  bool written = converter.writeRanks(
+      todo, files, error, progress,
+      [&](size_t i) { cleanup.files.push_back(files[i]); });
   if (tty)
     std::fputc('\n', stderr);
+  if (!written)
+    return fail(error);
 
   // config.json and plan.json describe what was written.
   std::string configText;
   readFile(configPath, configText);
+  // A target that holds FP8 weights dequantized is a checkpoint of the
+  // dequantized model: its config describes no quantization.
+  const std::vector<TensorSpec> &targetTensors = to->layout().tensors;
+  if (std::any_of(targetTensors.begin(), targetTensors.end(),
+                  [](const TensorSpec &t) { return t.dequantized; })) {
+    json::ParseError perr;
+    std::optional<json::Value> parsed = json::parse(configText, perr);
+    if (parsed && parsed->erase("quantization_config"))
+      configText = json::write(*parsed, 2) + "\n";
+  }
   json::Value plan = json::Value::object();
   plan.set("model", json::Value::string(model));
   plan.set("backend", json::Value::string(toName));

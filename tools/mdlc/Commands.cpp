@@ -70,7 +70,7 @@ bool parseKeyValue(const std::string &text, std::string &key,
 std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
                                      Options &options, const char *usage) {
   ArgReader r(args);
-  static const char *kCommands[] = {"check", "params", "plan", "emit"};
+  static const char *kCommands[] = {"check", "params", "plan", "emit", "lora"};
   static const char *kAxes[] = {"tp", "pp", "ep", "etp", "cp", "dp", "vpp"};
   while (!r.done()) {
     std::string value;
@@ -201,6 +201,14 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
     }
     if (matched)
       continue;
+    if (optionWithValue("--lora-rank")) {
+      int64_t n;
+      if (missing || StringRef(value).getAsInteger(10, n) || n < 1 ||
+          n > 65536)
+        return usageError("--lora-rank takes a positive integer");
+      options.loraRank = n;
+      continue;
+    }
     if (optionWithValue("--first-stage-layers") ||
         optionWithValue("--last-stage-layers") || optionWithValue("--rank")) {
       int64_t n;
@@ -242,6 +250,8 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
     return usageError("emit needs -o DIR");
   if (options.command == "plan" && options.backends.size() != 1)
     return usageError("plan needs one --backend");
+  if (options.command == "lora" && options.backends.size() != 1)
+    return usageError("lora needs one --backend");
   return std::nullopt;
 }
 
@@ -330,5 +340,43 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
     return runPlan(options, *fe.module, context);
   if (options.command == "emit")
     return runEmit(options, *fe.module, context);
+  if (options.command == "lora")
+    return runLora(options, *fe.module, context);
   return runCheck(options, *fe.module, context);
+}
+
+BoundSpec mdl::bindSpec(const Options &options, mlir::ModuleOp top,
+                        mlir::MLIRContext &context,
+                        const std::string &backendName) {
+  BoundSpec out;
+  ModuleDeclOp model = theModel(top, options.files.front());
+  if (!model)
+    return out;
+  std::unique_ptr<HFConfig> config = loadConfig(options, model, context);
+  if (!config)
+    return out;
+  std::unique_ptr<Instantiation> inst = Instantiation::create(model, *config);
+  if (!inst)
+    return out;
+  std::unique_ptr<Backend> backend = Backend::lookup(model, backendName);
+  if (!backend)
+    return out;
+  out.bound = bindModel(*inst, *backend, options.choices);
+  if (out.bound) {
+    out.config = std::move(config);
+    out.inst = std::move(inst);
+  }
+  return out;
+}
+
+bool mdl::reportInvalid(const rt::Planner &planner, const Options &options) {
+  if (planner.valid())
+    return false;
+  const rt::ModelLayout &m = planner.model();
+  llvm::errs() << "mdlc: error: " << options.parallel.str()
+               << " is not a valid configuration of " << m.model << " on "
+               << m.backend << ":\n";
+  for (const std::string &why : planner.invalidReasons())
+    llvm::errs() << "  " << why << "\n";
+  return true;
 }

@@ -4,7 +4,9 @@
 #define MDLC_COMMANDS_H
 
 #include "mdl/Dialect/MDL/MDLOps.h"
+#include "mdl/Evaluate/Bind.h"
 #include "mdl/Evaluate/Instance.h"
+#include "mdl/Runtime/Plan.h"
 
 #include <cstdint>
 #include <map>
@@ -41,6 +43,8 @@ struct Options {
   std::map<std::string, std::vector<int64_t>> grid;
   /// check against a real checkpoint.
   std::string hfIndex, hfDir, hfInventory;
+  /// lora: the adapters' rank.
+  int64_t loraRank = 16;
   /// emit: where the generated files go, and a make-style list of the
   /// specs they come from.
   std::string outputDir, depfile;
@@ -67,11 +71,28 @@ std::unique_ptr<HFConfig> loadConfig(const Options &options,
                                      ModuleDeclOp model,
                                      mlir::MLIRContext &context);
 
+/// A model instantiated with its config and bound to a backend; the
+/// binding points into the instantiation, which it keeps alive.
+struct BoundSpec {
+  std::unique_ptr<HFConfig> config;
+  std::unique_ptr<Instantiation> inst;
+  std::unique_ptr<BoundModel> bound;
+};
+/// Binds the first file's model to `backend`, with the options' config and
+/// choices; reports what fails and returns an empty BoundSpec then.
+BoundSpec bindSpec(const Options &options, mlir::ModuleOp top,
+                   mlir::MLIRContext &context, const std::string &backend);
+/// Whether options.parallel is valid for `planner`'s layout; lists every
+/// reason it is not.
+bool reportInvalid(const rt::Planner &planner, const Options &options);
+
 int runParams(const Options &options, mlir::ModuleOp top,
               mlir::MLIRContext &context);
 int runPlan(const Options &options, mlir::ModuleOp top,
             mlir::MLIRContext &context);
 int runEmit(const Options &options, mlir::ModuleOp top,
+            mlir::MLIRContext &context);
+int runLora(const Options &options, mlir::ModuleOp top,
             mlir::MLIRContext &context);
 int runCheck(const Options &options, mlir::ModuleOp top,
              mlir::MLIRContext &context);

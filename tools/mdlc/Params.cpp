@@ -13,24 +13,12 @@ using namespace mdl;
 
 int mdl::runParams(const Options &options, mlir::ModuleOp top,
                    mlir::MLIRContext &context) {
-  ModuleDeclOp model = theModel(top, options.files.front());
-  if (!model)
-    return 1;
-  std::unique_ptr<HFConfig> config = loadConfig(options, model, context);
-  if (!config)
-    return 1;
-  std::unique_ptr<Instantiation> inst = Instantiation::create(model, *config);
-  if (!inst)
-    return 1;
   std::string backendName =
       options.backends.empty() ? "hf" : options.backends.front();
-  std::unique_ptr<Backend> backend = Backend::lookup(model, backendName);
-  if (!backend)
+  BoundSpec spec = bindSpec(options, top, context, backendName);
+  if (!spec.bound)
     return 1;
-  std::unique_ptr<BoundModel> bound =
-      bindModel(*inst, *backend, options.choices);
-  if (!bound)
-    return 1;
+  const std::unique_ptr<BoundModel> &bound = spec.bound;
   std::vector<rt::TensorListing> tensors =
       rt::listTensors(bound->layout, RankContext());
   std::sort(tensors.begin(), tensors.end(),

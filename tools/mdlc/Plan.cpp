@@ -94,33 +94,14 @@ std::string rankText(const RankContext &c) {
 
 int mdl::runPlan(const Options &options, mlir::ModuleOp top,
                  mlir::MLIRContext &context) {
-  ModuleDeclOp model = theModel(top, options.files.front());
-  if (!model)
+  BoundSpec spec = bindSpec(options, top, context, options.backends.front());
+  if (!spec.bound)
     return 1;
-  std::unique_ptr<HFConfig> config = loadConfig(options, model, context);
-  if (!config)
-    return 1;
-  std::unique_ptr<Instantiation> inst = Instantiation::create(model, *config);
-  if (!inst)
-    return 1;
-  std::unique_ptr<Backend> backend =
-      Backend::lookup(model, options.backends.front());
-  if (!backend)
-    return 1;
-  std::unique_ptr<BoundModel> bound =
-      bindModel(*inst, *backend, options.choices);
-  if (!bound)
-    return 1;
+  const std::unique_ptr<BoundModel> &bound = spec.bound;
   const rt::ModelLayout &m = bound->layout;
   rt::Planner planner(m, options.parallel);
-  if (!planner.valid()) {
-    llvm::errs() << "mdlc: error: " << options.parallel.str()
-                 << " is not a valid configuration of " << m.model << " on "
-                 << m.backend << ":\n";
-    for (const std::string &why : planner.invalidReasons())
-      llvm::errs() << "  " << why << "\n";
+  if (reportInvalid(planner, options))
     return 1;
-  }
   // Ranks are numbered with tp fastest, then ep, then pp.
   std::vector<RankContext> contexts = planner.ranks();
   auto rankNumber = [&](const RankContext &c) {
@@ -139,7 +120,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
   json::Value jranks = json::Value::array();
   if (options.format == "text") {
     llvm::outs() << m.model << " on " << m.backend << ", "
-                 << options.parallel.str() << " (" << config->path() << ")\n";
+                 << options.parallel.str() << " (" << spec.config->path() << ")\n";
     for (const auto &[name, value] : m.choices)
       llvm::outs() << name << " = " << value << "\n";
     if (!m.capabilities.empty()) {
@@ -274,7 +255,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
     out.set("model", json::Value::string(m.model));
     out.set("backend", json::Value::string(m.backend));
     out.set("config", json::Value::string(options.parallel.str()));
-    out.set("source", json::Value::string(config->path()));
+    out.set("source", json::Value::string(spec.config->path()));
     json::Value caps = json::Value::object();
     for (const auto &[name, has] : m.capabilities)
       caps.set(name, json::Value::boolean(has));

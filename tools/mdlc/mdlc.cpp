@@ -37,6 +37,11 @@ Commands:
   plan FILE --backend B --tp N --pp N --ep N --etp N [--vpp N] [--rank R]
                       every local tensor of each rank (or rank R) with its
                       shape, dtype and the slices of parameters it holds
+  lora FILE --backend B --tp N ... [--sp] [--rank R] [--lora-rank N]
+                      the LoRA injection table of rank R: per linear module,
+                      the class, constructor sizes, lora_A and lora_B local
+                      shapes, the sharded factor, the forward contract and
+                      the factors needing a TP gradient all-reduce
   emit FILE [--backend B]... -o DIR
                       write C++ for the model and each backend (default:
                       every backend with layouts for it): <spec>_<backend>.h

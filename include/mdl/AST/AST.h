@@ -354,6 +354,9 @@ struct LinearMember : Member {
   bool hasBias = false;
   ExprPtr biasCond; // null: unconditional when hasBias
   SMRange biasRange;
+  /// `scale(B)`: the weight is stored in blocks of B x B, each with a
+  /// scale (FP8 block quantization); B == 0: unscaled. Null: unscaled.
+  ExprPtr scaleBlock;
   ExprPtr cond;
   static bool classof(const Member *m) { return m->getKind() == Linear; }
 };

@@ -71,6 +71,7 @@ struct ConcreteParam {
   ParallelStyleAttr style;     // may be null
   std::string expert;          // expert dimension, if grouped
   std::string stage;           // "first", "last", "all" or a stack index
+  int64_t scaleBlock = 0;      // FP8 block size of a scaled weight, or 0
 
   int64_t numElements() const;
   /// Sizes of each axis (product of its atoms).
@@ -152,6 +153,8 @@ public:
   std::vector<const ConcreteParam *> allParams() const;
   /// Visits every node, depth first.
   void walk(llvm::function_ref<void(InstanceNode &)> fn);
+  /// The model's default dtype (`dtype = ...`), if it has one.
+  std::optional<mdl::DType> dtype() const { return defaultDType; }
   /// The evaluated config entries of the model.
   std::vector<std::pair<std::string, EvalValue>> configValues();
 

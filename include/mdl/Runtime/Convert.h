@@ -6,9 +6,10 @@
 // Each box is a strided view on both sides (see Plan.h), so conversion is
 // strided copies, with the dtype and value transforms (`offset`) of each
 // side applied in double precision and rounded once to the stored dtype.
-// Sources are memory-mapped; a target tensor is built in one buffer and
-// streamed to its file, so memory stays near the largest tensor. Plain
-// C++17.
+// Sources are memory-mapped. Worker threads build each target file in
+// chunks of a few MB, straight from the mapped sources, and write them at
+// their offsets; when a target tensor is done the pages of its sources are
+// released, so memory stays near the largest tensor. Plain C++17.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,9 +19,11 @@
 #include "mdl/Runtime/Generated.h"
 #include "mdl/Runtime/Safetensors.h"
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,16 +32,21 @@ namespace mdl::rt {
 /// Copies the intersection of two boxes of one parameter from `src` (data
 /// of dtype `srcType`, values stored plus `srcOffset`) to `dst`. With the
 /// same dtype and offset, bytes are moved; otherwise values are converted
-/// (floats only; F8 moves as bytes only). Returns the number of elements.
+/// (floats only; F8 moves as bytes only). Only the target elements in
+/// [windowBegin, windowEnd) are written, and `dstData` holds element
+/// `windowBegin`. Returns the number of elements written.
 int64_t copyIntersection(const Piece &src, const uint8_t *srcData,
                          DType srcType, int64_t srcOffset, const Piece &dst,
-                         uint8_t *dstData, DType dstType, int64_t dstOffset);
+                         uint8_t *dstData, DType dstType, int64_t dstOffset,
+                         int64_t windowBegin = 0,
+                         int64_t windowEnd = INT64_MAX);
 
 /// Rounds `v` to `t` (round to nearest even, once) and stores it at `out`.
 void storeValue(double v, DType t, uint8_t *out);
 double loadValue(DType t, const uint8_t *in);
 
 struct ConvertProgress {
+  int64_t ranksDone = 0, ranksTotal = 0;
   int64_t tensorsDone = 0, tensorsTotal = 0;
   uint64_t bytesDone = 0, bytesTotal = 0;
 };
@@ -54,26 +62,57 @@ public:
   /// nothing else may be.
   bool addSource(int64_t rank, std::shared_ptr<Checkpoint> checkpoint,
                  std::string &error);
+  /// The number of worker threads writeRank() uses (by default the
+  /// hardware's, at most 8).
+  void setThreads(unsigned n);
   /// The source ranks whose tensors target rank `rank` reads.
   std::vector<int64_t> sourcesOf(int64_t rank) const;
   /// Writes target rank `rank` to `path` (safetensors, atomically). The
-  /// sources it reads must have been added.
+  /// sources it reads must have been added, and no source is added after.
+  /// `progress` is called from the worker threads, one call at a time.
   bool writeRank(int64_t rank, const std::string &path, std::string &error,
                  const std::function<void(const ConvertProgress &)> &progress =
                      nullptr);
+  /// Writes target rank `ranks[i]` to `paths[i]` for every i, as writeRank
+  /// does, several files at a time: every tensor is planned before any file
+  /// is written, and the first failure stops the rest (no incomplete file
+  /// is left). `written(i)` is called once file i is complete; it and
+  /// `progress` (over all the files) are called from the worker threads,
+  /// one call at a time.
+  bool writeRanks(const std::vector<int64_t> &ranks,
+                  const std::vector<std::string> &paths, std::string &error,
+                  const std::function<void(const ConvertProgress &)>
+                      &progress = nullptr,
+                  const std::function<void(size_t)> &written = nullptr);
 
 private:
   struct View {
     const uint8_t *data = nullptr;
+    uint64_t bytes = 0; // of the source tensor
+    const std::string *file = nullptr;
+    uint64_t fileOffset = 0; // of its bytes in `file`
     DType dtype = DType::BF16;
     int64_t offset = 0;
     Piece piece;
     int64_t rank = 0;
   };
-  bool fill(const RankTensor &t, uint8_t *out, std::string &error) const;
+  struct Job;
+  struct SourceCopy;
+  bool plan(const RankTensor &t, Job &job, std::string &error) const;
+  bool planDequant(const RankTensor &t, const Piece &target, Job &job,
+                   std::set<std::pair<const uint8_t *, uint64_t>> &sources,
+                   bool &done, std::string &error) const;
+  bool gather(int param, const Piece &box, DType dtype,
+              std::vector<SourceCopy> &copies,
+              std::set<std::pair<const uint8_t *, uint64_t>> &sources,
+              const std::string &tensor, std::string &error) const;
+  void materialize(const Job &job) const;
+  bool fill(const Job &job, uint64_t offset, uint8_t *out, size_t n,
+            std::string &error) const;
 
   const Binding &from, &to;
   ParallelConfig fromConfig, toConfig;
+  unsigned numThreads = 1;
   std::vector<std::shared_ptr<Checkpoint>> keep;
   /// Per parameter of the source layout: the views that hold it.
   std::map<std::string, std::vector<View>> views;

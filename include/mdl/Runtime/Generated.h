@@ -12,6 +12,7 @@
 #ifndef MDL_RUNTIME_GENERATED_H
 #define MDL_RUNTIME_GENERATED_H
 
+#include "mdl/Runtime/Lora.h"
 #include "mdl/Runtime/Model.h"
 #include "mdl/Runtime/Plan.h"
 
@@ -52,19 +53,6 @@ struct LoadOptions {
   std::map<std::string, std::string> choices;
 };
 
-/// One tensor of a rank, families expanded.
-struct RankTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  DType dtype = DType::BF16;
-  /// A duplicate of a parameter held elsewhere, written on export.
-  bool copy = false;
-  /// Stored value = logical value + offset.
-  int64_t offset = 0;
-  /// The slices it holds, with parameter indices into the layout.
-  std::vector<Piece> pieces;
-};
-
 /// A model instantiated for a config and bound to a backend.
 class Binding {
 public:
@@ -87,15 +75,14 @@ public:
   /// backend lacks must be 1.
   std::vector<std::string> validate(const ParallelConfig &config) const;
   /// The number of ranks (tp * pp * ep).
-  static int64_t numRanks(const ParallelConfig &config);
-  /// The contexts of rank `rank` (one per virtual stage); ranks are
-  /// numbered tp fastest, then ep, then pp.
-  static std::vector<RankContext> contexts(const ParallelConfig &config,
-                                           int64_t rank);
-  /// The tensors of rank `rank`, families expanded, in plan order. With
-  /// virtual stages, the tensors of chunk c are named `model{c}.<name>`.
+  static int64_t numRanks(const ParallelConfig &config) {
+    return rt::numRanks(config);
+  }
+  /// The tensors of rank `rank` (see rt::rankTensors).
   std::vector<RankTensor> rankTensors(const ParallelConfig &config,
-                                      int64_t rank) const;
+                                      int64_t rank) const {
+    return rt::rankTensors(bound.layout, config, rank);
+  }
   /// The directory a rank's checkpoint goes to: the backend's `rank_dir`,
   /// or `rank_TT`.
   std::string rankDir(const ParallelConfig &config, int64_t rank) const;
@@ -114,32 +101,12 @@ private:
   BoundLayout bound;
 };
 
-/// A LoRA target: one linear module of the backend on one rank.
-struct LoraTarget {
-  std::string module;            // the backend module (tensor name sans .weight)
-  std::string role;              // column, column_norm, row, replicated, ...
-  std::string baseClass;         // e.g. TELayerNormColumnParallelLinear
-  std::string sizes;             // "global" or "local": constructor semantics
-  int64_t inFeatures = 0, outFeatures = 0; // in that semantics
-  std::vector<int64_t> loraA, loraB;       // local shapes [r, in], [out, r]
-  std::string sharded;           // "A", "B" or "none"
-  std::string returns;           // the forward contract
-  bool inputIsParallel = false;
-  /// Factors replicated over tensor ranks whose gradients need a TP
-  /// all-reduce under sequence parallelism.
-  std::vector<std::string> allReduceGrads;
-  /// The parameters (linears) the module holds, e.g. q, gate, k, v.
-  std::vector<std::string> params;
-};
-
-/// The LoRA injection table of rank `rank` for adapters of rank `r`:
-/// every linear module the backend lets LoRA target.
-std::vector<LoraTarget> loraTable(const Binding &binding,
-                                  const ParallelConfig &config, int64_t rank,
-                                  int64_t r = 16);
-/// The "all-linear" target set: the module names (the last name
-/// component, e.g. linear_qkv) of every LoRA target but the output head.
-std::vector<std::string> allLinearTargets(const Binding &binding);
+/// The LoRA injection table of rank `rank` (see mdl/Runtime/Lora.h).
+inline std::vector<LoraTarget> loraTable(const Binding &binding,
+                                         const ParallelConfig &config,
+                                         int64_t rank, int64_t r = 16) {
+  return loraTable(binding.layout(), config, rank, r);
+}
 
 } // namespace mdl::rt
 

@@ -50,6 +50,8 @@ public:
   Value *get(std::string_view key);
   /// Sets (or replaces) a member of an object.
   void set(std::string key, Value v);
+  /// Removes a member of an object; whether it was there.
+  bool erase(std::string_view key);
   void push(Value v) { arr.push_back(std::move(v)); }
 
   /// Byte offset of the value in the text it was parsed from.

@@ -47,6 +47,9 @@ struct Split {
   std::function<int64_t(const ParallelConfig &)> padMultiple;
   /// For messages: "column(G) of layers.3.attn.q".
   std::string why;
+  /// Why the dimension cannot be split at all (the ragged last block of a
+  /// weight's FP8 scales), or "".
+  std::string indivisible;
 };
 
 /// A logical parameter of the instantiated model.
@@ -59,6 +62,18 @@ struct Param {
   std::vector<int> axisAtoms;
   std::vector<Split> splits;
   Placement placement;
+  /// For a linear's weight: how many output axes follow the expert axis (if
+  /// any) before the input axes; -1 for other parameters.
+  int linearOutAxes = -1;
+  /// A linear's bias.
+  bool bias = false;
+  /// An FP8 block-quantized weight: the side of its square scale blocks.
+  int64_t scaleBlock = 0;
+  /// For a block-quantized weight, its scale parameter; for a scale, its
+  /// weight (see addBlockScales); -1 otherwise.
+  int scale = -1, scaleOf = -1;
+  /// The expert dimension of a grouped parameter, or "".
+  std::string expert;
   /// The innermost stack element the parameter belongs to (an index into
   /// ModelLayout::unitIndex), or -1.
   int unit = -1;
@@ -111,6 +126,10 @@ struct TensorSpec {
   bool copy = false;
   /// Stored value = logical value + offset (zero-centred norms).
   int64_t offset = 0;
+  /// The tensor holds FP8 block-quantized weights dequantized (value times
+  /// its block's scale), in the `stored` dtype: a backend that keeps no
+  /// block scales (see addBlockScales).
+  bool dequantized = false;
   std::optional<DType> stored;
   /// The stored shape when it differs from the axes (a reinterpretation):
   /// each view axis is a number times the per-rank extents of some atoms.
@@ -179,6 +198,20 @@ struct ModelLayout {
 
   /// The storage variants the layout was bound with (`expert_storage`).
   std::map<std::string, std::string> choices;
+
+  /// The suffix of the tensors that hold FP8 block scales next to their
+  /// weights (`let block_scale_suffix = "_scale_inv";`), or "": the backend
+  /// keeps no scales and holds block-quantized weights dequantized.
+  std::string blockScaleSuffix;
+
+  /// The module class the backend uses for each parallel role, with its
+  /// properties (`sizes`, `returns`, `lora`, `input_is_parallel`). A class
+  /// for the modules of one name has the role "module:<name>".
+  struct ModuleClass {
+    std::string role, name;
+    std::map<std::string, std::string> properties;
+  };
+  std::vector<ModuleClass> classes;
 };
 
 /// The path a module that needs a device capability takes on a backend:
@@ -205,6 +238,35 @@ int64_t termSize(const Term &t, int param, const ExtentFn &extent);
 std::vector<int> tensorParams(const TensorSpec &t);
 /// The parameters of a part (itself, or those of a group).
 std::vector<int> partParams(const Term::Part &p);
+
+/// FP8 block scales (`linear ... scale(B)`). Adds to `m`, for each weight
+/// with a scale block B, its scale parameter `<weight>.scale`: F32, one
+/// value per B x B block of the weight's [out, in] matrix (per expert),
+/// split as the weight is. Each tensor holding such weights then gets a
+/// companion named with `m.blockScaleSuffix` that holds the scales of the
+/// same blocks, or, when the backend keeps no scales, is marked as holding
+/// them dequantized in `dequantizedDType`.
+struct BlockScaleResult {
+  /// Per tensor added, the tensor it accompanies.
+  std::vector<int> companionOf;
+  /// Tensors that cannot hold block-scaled weights, with the reason.
+  std::vector<std::pair<int, std::string>> errors;
+};
+BlockScaleResult addBlockScales(ModelLayout &m, DType dequantizedDType);
+/// Whether `p` is the block scale of a weight that `m`'s backend holds
+/// dequantized: no tensor holds it, and its splits constrain nothing.
+inline bool foldedScale(const ModelLayout &m, const Param &p) {
+  return p.scaleOf >= 0 && m.blockScaleSuffix.empty();
+}
+/// The atoms (indices into `atoms`) of a linear weight's expert, output and
+/// input sides, each in order.
+struct WeightSides {
+  std::vector<size_t> expert, out, in;
+};
+WeightSides weightSides(const Param &w);
+/// The name of the block atom of atoms `atoms` in blocks of `block`.
+std::string blockAtomName(const std::vector<std::string> &atoms,
+                          int64_t block);
 
 /// The atoms a tensor's name is indexed by.
 std::vector<std::string> familyAtoms(const TensorSpec &t);

@@ -66,6 +66,8 @@ struct ParamDecl {
   /// this many output axes, then the input axes.
   int outAxes = 0;
   Expr cond = nullptr, biasCond = nullptr;
+  /// A linear's FP8 block size (`scale(B)`); null: unscaled.
+  Expr scaleBlock = nullptr;
   std::string where;
 };
 
@@ -181,12 +183,8 @@ struct LayoutDecl {
   std::vector<DerivedDecl> derived;
 };
 
-/// The module class a backend uses for one parallel role, with its
-/// properties (`sizes`, `returns`, `lora`, `input_is_parallel`).
-struct ClassDecl {
-  std::string role, name;
-  std::map<std::string, std::string> properties;
-};
+/// The module class a backend uses for one parallel role.
+using ClassDecl = ModelLayout::ModuleClass;
 
 /// A backend with its bases folded in: the nearest declaration wins.
 struct BackendDecl {
@@ -194,6 +192,7 @@ struct BackendDecl {
   std::vector<MeshAxis> mesh;
   Expr vocabMultiple = nullptr;
   Expr rankDir = nullptr;
+  Expr blockScaleSuffix = nullptr;
   std::vector<RequireDecl> requirements;
   std::vector<std::pair<std::string, Expr>> capabilities;
   std::vector<std::pair<std::string, std::vector<std::string>>> choices;
@@ -243,6 +242,7 @@ struct ParamInstance {
   std::string styleDim;
   std::string expert;
   std::string stage; // "first", "last", "all" or a stack index
+  int64_t scaleBlock = 0;
 };
 
 class Instance {
@@ -281,6 +281,8 @@ public:
   const ModelDecl &decl() const { return *modelDecl; }
   const HFConfig &config() const { return hfConfig; }
   Instance &root() { return *rootInstance; }
+  /// The model's default dtype (`dtype = ...`), if it has one.
+  std::optional<DType> dtype() const { return defaultDType; }
   /// Visits every instance depth first, children in declaration order.
   void walk(const std::function<void(Instance &)> &fn);
 

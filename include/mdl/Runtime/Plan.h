@@ -66,6 +66,33 @@ struct LocalTensor {
   std::vector<Piece> memberPieces(const ModelLayout &m, int64_t member) const;
 };
 
+/// One tensor of a rank, families expanded.
+struct RankTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::BF16;
+  /// A duplicate of a parameter held elsewhere, written on export.
+  bool copy = false;
+  /// Stored value = logical value + offset.
+  int64_t offset = 0;
+  /// It holds FP8 block-quantized weights dequantized.
+  bool dequantized = false;
+  /// The slices it holds, with parameter indices into the layout.
+  std::vector<Piece> pieces;
+};
+
+/// The number of ranks of a configuration (tp * pp * ep).
+int64_t numRanks(const ParallelConfig &config);
+/// The contexts of rank `rank` (one per virtual stage); ranks are numbered
+/// tp fastest, then ep, then pp.
+std::vector<RankContext> rankContexts(const ParallelConfig &config,
+                                      int64_t rank);
+/// The tensors of rank `rank`, families expanded, in plan order. With
+/// virtual stages, the tensors of chunk c are named `model{c}.<name>`.
+std::vector<RankTensor> rankTensors(const ModelLayout &m,
+                                    const ParallelConfig &config,
+                                    int64_t rank);
+
 /// Something wrong with a layout, found while planning it.
 struct Problem {
   std::string check; // a stable check ID, e.g. "coverage"

@@ -99,6 +99,11 @@ public:
   const uint8_t *data(const TensorInfo &t) const {
     return base + hdr.dataStart + t.dataBegin;
   }
+  /// Drops the pages wholly inside [data, data + n), a range of a mapped
+  /// file, from this process's memory: they stay in the page cache and are
+  /// mapped again when read. Reading a large checkpoint once and releasing
+  /// each tensor when done keeps the resident set bounded.
+  static void release(const uint8_t *data, uint64_t n);
 
 private:
   SafetensorsFile() = default;
@@ -108,6 +113,10 @@ private:
   const uint8_t *base = nullptr;
   size_t mappedSize = 0;
 };
+
+/// Runs `work` on `n` threads (the caller's among them) and waits for all;
+/// when no more threads can be started, those running do the work.
+void runWorkers(size_t n, const std::function<void()> &work);
 
 /// Writes a safetensors file atomically: everything goes to
 /// `<path>.tmp.<pid>`, which is fsynced and renamed over `path`, so readers
@@ -122,10 +131,21 @@ private:
 /// files written by the reference implementation.
 class SafetensorsWriter {
 public:
-  /// Fills bytes [offset, offset + n) of the tensor into `dst`. Called for
-  /// consecutive chunks, in order; returns false with `error` set to abort.
+  /// Fills bytes [offset, offset + n) of the tensor into `dst`; returns
+  /// false with `error` set to abort. With one thread (the default), called
+  /// for consecutive chunks, in order; with more (setThreads()), called
+  /// concurrently from the writing threads, chunks in any order, so it must
+  /// be thread-safe. `offset` and `n` are multiples of the dtype's size.
   using FillFn = std::function<bool(uint64_t offset, uint8_t *dst, size_t n,
                                     std::string &error)>;
+  /// Says where bytes [offset, offset + n) of the tensor already are in a
+  /// file, so that write() copies them from there in the kernel
+  /// (copy_file_range) rather than calling the fill: returns true with `fd`
+  /// and `fileOffset` set and `n` lowered to the bytes that follow there,
+  /// or false to have the fill produce them. Called like FillFn; the
+  /// descriptor must stay open until write() returns.
+  using SourceFn = std::function<bool(uint64_t offset, size_t &n, int &fd,
+                                      uint64_t &fileOffset)>;
 
   /// Adds a tensor whose bytes are at `data` (shape x dtype of them), which
   /// must stay valid until write(). Fails on a duplicate or reserved name,
@@ -135,7 +155,15 @@ public:
   /// Adds a tensor whose bytes `fill` produces during write().
   bool add(std::string name, DType dtype, std::vector<int64_t> shape,
            FillFn fill, std::string &error);
+  /// Adds a tensor whose bytes come from files where `source` says, and
+  /// from `fill` elsewhere (or where the copy fails).
+  bool add(std::string name, DType dtype, std::vector<int64_t> shape,
+           FillFn fill, SourceFn source, std::string &error);
   bool setMetadata(std::string key, std::string value, std::string &error);
+
+  /// The number of threads write() fills and writes chunks of the data
+  /// section on (1 by default); memory use grows by a few MB per thread.
+  void setThreads(unsigned n);
 
   /// Writes the file; false with `error` set (naming the path) on failure.
   bool write(const std::string &path, std::string &error) const;
@@ -145,12 +173,14 @@ private:
     TensorInfo info;
     const void *data = nullptr;
     FillFn fill;
+    SourceFn source;
   };
   bool addEntry(Entry e, std::string &error);
 
   /// By name: the header's order.
   std::map<std::string, Entry> entries;
   std::map<std::string, std::string> meta;
+  unsigned numThreads = 1;
 };
 
 /// A HuggingFace checkpoint's model.safetensors.index.json: which shard

@@ -370,7 +370,9 @@ LogicalResult LinearOp::verify() {
 
 LogicalResult LinearOp::verifyRegions() {
   if (failed(verifyYields(*this, getBiasCond(), i1(getContext()),
-                          "bias condition")))
+                          "bias condition")) ||
+      failed(verifyYields(*this, getScaleBlock(), i64(getContext()),
+                          "scale block size")))
     return failure();
   return verifyYields(*this, getCond(), i1(getContext()), "condition");
 }

@@ -427,6 +427,8 @@ void Emitter::emitModule(ModuleDeclOp m, raw_ostream &os) {
             if (!l.getBiasCond().empty())
               os << "      p.biasCond = " << fn(l.getBiasCond()) << ";\n";
           }
+          if (!l.getScaleBlock().empty())
+            os << "      p.scaleBlock = " << fn(l.getScaleBlock()) << ";\n";
           if (!l.getCond().empty())
             os << "      p.cond = " << fn(l.getCond()) << ";\n";
           os << "      p.where = " << quote(where(l)) << ";\n    }\n";
@@ -701,6 +703,8 @@ void Emitter::emitBackend(BackendOp b, StringRef var, raw_ostream &os) {
         os << "  b.vocabMultiple = " << letFn(l) << ";\n";
       else if (l.getSymName() == "rank_dir")
         os << "  b.rankDir = " << letFn(l) << ";\n";
+      else if (l.getSymName() == "block_scale_suffix")
+        os << "  b.blockScaleSuffix = " << letFn(l) << ";\n";
     } else if (auto r = dyn_cast<RequireOp>(op)) {
       os << "  b.requirements.push_back({" << fn(r.getCond()) << ", "
          << quote(r.getMessage()) << ", " << quote(where(r)) << "});\n";

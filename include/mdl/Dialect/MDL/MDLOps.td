@@ -126,15 +126,22 @@ def MDL_ParamOp : MDL_Op<"param", [Symbol]> {
 
 def MDL_LinearOp : MDL_Op<"linear", [Symbol]> {
   let summary = "a linear layer: a weight [out..., in...] and maybe a bias";
+  let description = [{
+    `scale_block` yields the block size of the weight's FP8 block scales
+    (0: none); the weight then has a companion scale parameter of one F32
+    value per block.
+  }];
   let arguments = (ins SymbolNameAttr:$sym_name, ArrayAttr:$in, ArrayAttr:$out,
                        MDL_ParallelStyleAttr:$style,
                        OptionalAttr<FlatSymbolRefAttr>:$expert,
                        OptionalAttr<MDL_ElementTypeAttr>:$dtype,
                        UnitAttr:$bias);
-  let regions = (region AnyRegion:$biasCond, AnyRegion:$cond);
+  let regions = (region AnyRegion:$biasCond, AnyRegion:$scaleBlock,
+                        AnyRegion:$cond);
   let assemblyFormat = [{
     $sym_name (`[` $expert^ `]`)? `:` $in `->` $out (`dtype` $dtype^)? $style
-    (`bias` $bias^)? (`bias_if` $biasCond^)? (`if` $cond^)? attr-dict
+    (`bias` $bias^)? (`bias_if` $biasCond^)? (`scale` $scaleBlock^)?
+    (`if` $cond^)? attr-dict
   }];
   let hasVerifier = 1;
   let hasRegionVerifier = 1;

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Runs mdl-convert on bad inputs: each must end with exit 1, one clear
+message, nothing on stdout, no crash, and no output directory left behind.
+
+  bad_inputs.py --mdlc MDLC --convert MDL_CONVERT --spec SPEC --model M
+                --config CONFIG.json --work DIR
+
+Every broken safetensors file of the corpus (Runtime/Inputs/
+malformed_safetensors.py) is placed as IN/model.safetensors next to a valid
+config.json; then come a wrong model name, checkpoints whose tensors
+disagree with the spec, a bad parallel configuration, bad or missing
+config.json, and backend sources without plan.json or missing a rank.
+Prints `CASE: MESSAGE` (the first line of the message; paths are relative
+to DIR) per case, then a summary.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "Runtime", "Inputs"))
+import malformed_safetensors  # noqa: E402
+import roundtrip  # noqa: E402
+
+CRASH = ["AddressSanitizer", "runtime error:", "Assertion", "terminate",
+         "Segmentation", "Stack dump"]
+PREFIX = "mdl-convert: error: "
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mdlc", required=True)
+    ap.add_argument("--convert", required=True)
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--work", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    os.chdir(args.work)
+    listing = subprocess.run([args.mdlc, "params", args.spec, "--hf-config",
+                              args.config, "--format=json"],
+                             capture_output=True, text=True)
+    if listing.returncode:
+        sys.exit("mdlc params failed:\n" + listing.stderr)
+    tensors = json.loads(listing.stdout)
+    rng = np.random.default_rng(3)
+
+    def source(case, config=True):
+        """A directory for `case` with the valid config.json in it."""
+        os.makedirs(case)
+        if config:
+            shutil.copy(args.config, os.path.join(case, "config.json"))
+        return case
+
+    def checkpoint(case, tensors):
+        d = source(case)
+        roundtrip.write_checkpoint(os.path.join(d, "model.safetensors"),
+                                   tensors, rng)
+        return d
+
+    cases = []  # (name, input directory, extra arguments)
+    to_backend = ["--from", "hf", "--to", "mcore_te", "--tp", "2"]
+    for name, content in malformed_safetensors.cases():
+        d = source(name)
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(content)
+        cases.append((name, d, to_backend))
+    d = source("header-too-large")
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", 100_000_001) + b"{")
+        f.truncate(8 + 100_000_001)
+    cases.append(("header-too-large", d, to_backend))
+    d = source("directory")
+    os.makedirs(os.path.join(d, "model.safetensors"))
+    cases.append(("directory", d, to_backend))
+    cases.append(("missing", source("missing"), to_backend))
+    cases.sort()
+
+    norm = next(t for t in tensors if t["name"] == "model.norm.weight")
+    others = [t for t in tensors if t is not norm]
+    good = checkpoint("good", tensors)
+    cases.append(("unknown-model", good,
+                  ["--model", "nosuch", "--from", "hf", "--to", "mcore_te"]))
+    cases.append(("wrong-shape", checkpoint(
+        "wrong-shape", others + [dict(norm, shape=[norm["shape"][0] - 1])]),
+        to_backend))
+    cases.append(("wrong-dtype", checkpoint(
+        "wrong-dtype", others + [dict(norm, dtype="F32")]), to_backend))
+    cases.append(("missing-tensor", checkpoint("missing-tensor", others),
+                  to_backend))
+    cases.append(("extra-tensor", checkpoint(
+        "extra-tensor", tensors + [dict(norm, name="model.extra.weight")]),
+        to_backend))
+    cases.append(("invalid-parallel", good,
+                  ["--from", "hf", "--to", "mcore_te", "--tp", "3"]))
+    d = source("missing-config", config=False)
+    shutil.copy(os.path.join(good, "model.safetensors"), d)
+    cases.append(("missing-config", d, to_backend))
+    d = source("bad-json-config", config=False)
+    shutil.copy(os.path.join(good, "model.safetensors"), d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write('{"hidden_size": 28,\n')
+    cases.append(("bad-json-config", d, to_backend))
+    to_hf = ["--from", "mcore_te", "--to", "hf"]
+    cases.append(("no-plan", source("no-plan"), to_hf))
+    # A backend checkpoint that lost one rank's file, or holds a broken one.
+    backend = "backend"
+    r = subprocess.run([args.convert, "--model", args.model, "--quiet"] +
+                       to_backend + [good, backend], capture_output=True,
+                       text=True)
+    if r.returncode:
+        sys.exit("hf -> mcore_te failed:\n" + r.stderr)
+    ranks = sorted(e for e in os.listdir(backend) if e.startswith("mp_rank"))
+    for name, damage in (("missing-rank-file", None),
+                         ("truncated-rank-file", b"\x10\x00\x00")):
+        d = name
+        shutil.copytree(backend, d)
+        path = os.path.join(d, ranks[-1], "model.safetensors")
+        os.remove(path)
+        if damage is not None:
+            with open(path, "wb") as f:
+                f.write(damage)
+        cases.append((name, d, to_hf))
+
+    # An output directory that exists, with something in the way of a rank:
+    # a file where its directory goes, or a directory where its file goes
+    # (found only when the written file is renamed over it). What was there
+    # must be all that is left.
+    in_the_way = {"rank-dir-is-a-file": "mp_rank_01_000",
+                  "rank-file-is-a-dir": "mp_rank_01_000/model.safetensors/x"}
+    for name, path in in_the_way.items():
+        os.makedirs(os.path.dirname(os.path.join(name, "out", path)),
+                    exist_ok=True)
+        if name.endswith("file"):
+            open(os.path.join(name, "out", path), "w").close()
+        else:
+            os.makedirs(os.path.join(name, "out", path))
+        cases.append((name, good, to_backend))
+
+    def tree(d):
+        return sorted(os.path.relpath(os.path.join(r, f), d)
+                      for r, ds, fs in os.walk(d) for f in ds + fs)
+
+    failures = []
+    for name, d, extra in cases:
+        out = os.path.join(name, "out")
+        before = tree(out)
+        cmd = [args.convert, "--quiet"] + extra + [d, out]
+        if "--model" not in extra:
+            cmd[1:1] = ["--model", args.model]
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              errors="replace")
+        lines = proc.stderr.splitlines()
+        if proc.returncode != 1:
+            failures.append(f"{name}: exit {proc.returncode}")
+        if any(c in proc.stderr for c in CRASH):
+            failures.append(f"{name}: crashed")
+        if proc.stdout:
+            failures.append(f"{name}: wrote to stdout")
+        if name in in_the_way and tree(out) != before:
+            failures.append(f"{name}: left {tree(out)} in {out}")
+        elif name not in in_the_way and os.path.exists(out):
+            failures.append(f"{name}: left {out} behind")
+        if not lines or not lines[0].startswith(PREFIX):
+            failures.append(f"{name}: printed {proc.stderr!r}")
+            continue
+        print(f"{name}: {lines[0][len(PREFIX):]}")
+    print(f"{len(cases)} cases, {len(failures)} failures")
+    for f in failures:
+        print("FAIL", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
