@@ -1,6 +1,7 @@
 //===- Adapter.cpp - LoRA adapters between fused and separate modules -----===//
 
 #include "mdl/Runtime/Adapter.h"
+#include "mdl/Runtime/Json.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +14,7 @@ using namespace mdl::rt;
 namespace {
 
 constexpr const char *kPeftPrefix = "base_model.model.";
+constexpr const char *kBlocksKey = "mdl.lora_blocks";
 
 /// The linear weight tensors of a rank as 2-D [rows, cols] maps: for each
 /// piece, which row holds each output index of its parameter and which
@@ -162,16 +164,19 @@ std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
     std::string name = t.name;
     if (name.rfind(kPeftPrefix, 0) == 0)
       name = name.substr(std::strlen(kPeftPrefix));
-    bool isA = name.size() > 15 &&
-               name.compare(name.size() - 15, 15, ".lora_A.weight") == 0;
-    bool isB = name.size() > 15 &&
-               name.compare(name.size() - 15, 15, ".lora_B.weight") == 0;
+    static const std::string kA = ".lora_A.weight", kB = ".lora_B.weight";
+    auto endsWith = [&](const std::string &suffix) {
+      return name.size() > suffix.size() &&
+             name.compare(name.size() - suffix.size(), suffix.size(),
+                          suffix) == 0;
+    };
+    bool isA = endsWith(kA), isB = endsWith(kB);
     if ((!isA && !isB) || t.shape.size() != 2) {
       error = file.path() + ": '" + t.name +
               "' is not a 2-D lora_A or lora_B weight";
       return std::nullopt;
     }
-    std::string module = name.substr(0, name.size() - 15);
+    std::string module = name.substr(0, name.size() - kA.size());
     LoraFactor f;
     f.dtype = t.dtype;
     f.rows = t.shape[0];
@@ -180,6 +185,35 @@ std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
     f.data.assign(data, data + t.numBytes());
     (isA ? out[module].a : out[module].b) = std::move(f);
     (isA ? seenA : seenB).insert(module);
+  }
+  if (auto it = file.metadata().find(kBlocksKey); it != file.metadata().end()) {
+    json::ParseError perr;
+    std::optional<json::Value> blocks = json::parse(it->second, perr);
+    bool ok = blocks && blocks->kind() == json::Value::Object;
+    for (const auto &[module, list] : ok ? blocks->members()
+                                         : decltype(blocks->members()){}) {
+      auto adapter = out.find(module);
+      ok &= adapter != out.end() && list.kind() == json::Value::Array;
+      int64_t total = 0;
+      for (const json::Value &b : ok ? list.elements()
+                                     : std::vector<json::Value>{}) {
+        const json::Value *name = b.get("module"), *rank = b.get("rank");
+        ok &= name && rank && name->kind() == json::Value::String &&
+              rank->kind() == json::Value::Int && rank->asInt() > 0;
+        if (!ok)
+          break;
+        adapter->second.blocks.push_back({name->asString(), rank->asInt()});
+        total += rank->asInt();
+      }
+      ok &= adapter == out.end() || total == adapter->second.a.rows;
+      if (!ok)
+        break;
+    }
+    if (!ok) {
+      error = file.path() + ": its " + kBlocksKey + " metadata does not " +
+              "describe its adapters' rank blocks";
+      return std::nullopt;
+    }
   }
   for (const auto &[module, adapter] : out) {
     if (!seenA.count(module) || !seenB.count(module) ||
@@ -195,6 +229,22 @@ std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
 bool mdl::rt::writeAdapters(const Adapters &adapters, const std::string &prefix,
                             const std::string &path, std::string &error) {
   SafetensorsWriter writer;
+  json::Value blocks = json::Value::object();
+  for (const auto &[module, adapter] : adapters) {
+    if (adapter.blocks.empty())
+      continue;
+    json::Value list = json::Value::array();
+    for (const auto &[name, rank] : adapter.blocks) {
+      json::Value b = json::Value::object();
+      b.set("module", json::Value::string(name));
+      b.set("rank", json::Value::integer(rank));
+      list.push(std::move(b));
+    }
+    blocks.set(module, std::move(list));
+  }
+  if (!blocks.members().empty() &&
+      !writer.setMetadata(kBlocksKey, json::write(blocks), error))
+    return false;
   for (const auto &[module, adapter] : adapters)
     for (auto [suffix, f] : {std::pair{".lora_A.weight", &adapter.a},
                              std::pair{".lora_B.weight", &adapter.b}})
@@ -215,10 +265,16 @@ mdl::rt::adaptersToBackend(const Binding &hf, const Binding &backend,
   std::set<std::string> known;
   for (const LinearTensor &t : hfTensors)
     known.insert(t.module);
+  std::set<std::string> weights;
+  for (const RankTensor &t : hf.rankTensors(ParallelConfig(), 0))
+    weights.insert(t.name);
   for (const auto &[module, adapter] : peft)
     if (!known.count(module)) {
-      error = "the adapters name module '" + module + "', which is no " +
-              "linear module of the model in HF";
+      error = "the adapters name module '" + module + "', which is " +
+              (weights.count(module + ".weight")
+                   ? "no dense linear module of the model (adapters of "
+                     "experts, norms or embeddings are not converted)"
+                   : "no linear module of the model in HF");
       return std::nullopt;
     }
   Adapters out;
@@ -247,6 +303,8 @@ mdl::rt::adaptersToBackend(const Binding &hf, const Binding &backend,
     if (sources.empty())
       continue;
     Adapter fused;
+    for (const std::string &m : sources)
+      fused.blocks.push_back({m, peft.at(m).a.rows});
     fused.a = zeros(first->a.dtype, rankSize, t.cols);
     fused.b = zeros(first->a.dtype, t.rows, rankSize);
     for (const LinearPart &p : t.parts) {
@@ -284,12 +342,16 @@ mdl::rt::adaptersToHf(const Binding &hf, const Binding &backend,
   std::map<std::string, HfPlace> places = hfPlaces(hf, hfTensors, error);
   if (!error.empty())
     return std::nullopt;
-  // The backend modules holding parameters of each HF module, in order, with
-  // their ranks, and every rank's tensors.
+  // Per HF module, the backend modules whose adapters hold some of its
+  // rows, in order, each with the rank rows that belong to it ([from,
+  // from + size) of the backend adapter's rank, all of it without blocks)
+  // and where they go in the HF module's rank (at `to`).
+  struct Share {
+    int64_t from = 0, size = 0, to = 0;
+  };
   std::vector<std::vector<LinearTensor>> rankTensors(ranks.size());
   std::map<std::string, std::vector<std::string>> sources;
-  std::map<std::string, std::map<std::string, int64_t>> block;
-  std::map<std::string, int64_t> rankOf;
+  std::map<std::string, std::map<std::string, Share>> shares;
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (!linearTensors(backend, config, int64_t(r), rankTensors[r], error))
       return std::nullopt;
@@ -297,14 +359,24 @@ mdl::rt::adaptersToHf(const Binding &hf, const Binding &backend,
       auto it = ranks[r].find(t.module);
       if (it == ranks[r].end())
         continue;
+      const Adapter &src = it->second;
       for (const LinearPart &p : t.parts) {
         const std::string &m =
             places[backend.layout().params[size_t(p.param)].path].module;
-        if (block[m].count(t.module))
+        if (shares[m].count(t.module))
           continue;
-        block[m][t.module] = 0;
+        Share share{0, src.a.rows, 0};
+        if (!src.blocks.empty()) {
+          share.size = 0;
+          int64_t at = 0;
+          for (const auto &[name, rows] : src.blocks) {
+            if (name == m)
+              share = {at, rows, 0};
+            at += rows;
+          }
+        }
+        shares[m][t.module] = share;
         sources[m].push_back(t.module);
-        rankOf[t.module] = it->second.a.rows;
       }
     }
   }
@@ -315,9 +387,12 @@ mdl::rt::adaptersToHf(const Binding &hf, const Binding &backend,
       continue;
     int64_t rankSize = 0;
     for (const std::string &t : src->second) {
-      block[m.module][t] = rankSize;
-      rankSize += rankOf[t];
+      Share &share = shares[m.module][t];
+      share.to = rankSize;
+      rankSize += share.size;
     }
+    if (rankSize == 0)
+      continue;
     Adapter &a = out[m.module];
     DType dtype = DType::BF16;
     for (size_t r = 0; r < ranks.size(); ++r)
@@ -341,14 +416,18 @@ mdl::rt::adaptersToHf(const Binding &hf, const Binding &backend,
       for (const LinearPart &p : t.parts) {
         const HfPlace &place =
             places[backend.layout().params[size_t(p.param)].path];
-        Adapter &dst = out[place.module];
-        int64_t off = block[place.module][t.module];
+        auto dst = out.find(place.module);
+        if (dst == out.end())
+          continue;
+        const Share &share = shares[place.module][t.module];
         for (auto [flat, row] : p.rows)
-          for (int64_t k = 0; k < src.b.cols; ++k)
-            copyElement(src.b, row, k, dst.b, place.row.at(flat), off + k);
+          for (int64_t k = 0; k < share.size; ++k)
+            copyElement(src.b, row, share.from + k, dst->second.b,
+                        place.row.at(flat), share.to + k);
         for (auto [flat, col] : p.cols)
-          for (int64_t k = 0; k < src.a.rows; ++k)
-            copyElement(src.a, k, col, dst.a, off + k, place.col.at(flat));
+          for (int64_t k = 0; k < share.size; ++k)
+            copyElement(src.a, share.from + k, col, dst->second.a,
+                        share.to + k, place.col.at(flat));
       }
     }
   return out;

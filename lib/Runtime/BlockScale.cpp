@@ -67,9 +67,8 @@ int64_t product(const std::vector<int64_t> &v) {
   return n;
 }
 
-/// Builds the scale parameter of weight `w`; "" or why the weight's splits
-/// cannot carry block scales.
-std::string makeScale(const Param &w, Param &s) {
+/// Builds the scale parameter of weight `w`.
+void makeScale(const Param &w, Param &s) {
   Sides sides = sidesOf(w);
   int64_t b = w.scaleBlock;
   int64_t rows = product(sides.outSizes), cols = product(sides.inSizes);
@@ -92,11 +91,13 @@ std::string makeScale(const Param &w, Param &s) {
   s.expert = w.expert;
   s.unit = w.unit;
   s.source = w.source;
+  // A split the scales cannot follow makes the configurations that use it
+  // invalid, not the spec: a backend that never splits there is fine.
   for (const Split &split : w.splits) {
-    if (split.padMultiple)
-      return "a vocabulary-padded weight cannot have block scales";
     Split t = split;
     t.why = split.why + " (FP8 scale blocks)";
+    t.padMultiple = nullptr;
+    t.replicateWhenFewer = false;
     auto isPrefix = [&](const std::vector<std::string> &side) {
       return split.atoms.size() <= side.size() &&
              std::equal(split.atoms.begin(), split.atoms.end(), side.begin());
@@ -110,23 +111,24 @@ std::string makeScale(const Param &w, Param &s) {
       s.splits.push_back(t);
       continue;
     }
-    if (split.replicateWhenFewer)
-      return "a weight replicated over more ranks than it has heads cannot "
-             "have block scales";
     bool out = isPrefix(sides.out);
-    if (!out && !isPrefix(sides.in))
-      return split.why + " splits an inner dimension: each rank's share of "
-                         "the weight is not whole blocks of its scales";
     int64_t length = out ? rows : cols;
     t.atoms = {out ? outAtom : inAtom};
-    if (length % b != 0)
+    if (split.padMultiple)
+      t.indivisible = "a vocabulary-padded weight cannot keep block scales";
+    else if (split.replicateWhenFewer)
+      t.indivisible = "a weight replicated over more ranks than it has heads "
+                      "cannot keep block scales";
+    else if (!out && !isPrefix(sides.in))
+      t.indivisible = "it splits an inner dimension of the weight's rows or "
+                      "columns, which the scale blocks do not follow";
+    else if (length % b != 0)
       t.indivisible = "its " + std::to_string(length) + " " +
                       (out ? "rows" : "columns") +
                       " end in a partial FP8 scale block of " +
                       std::to_string(b);
     s.splits.push_back(t);
   }
-  return "";
 }
 
 /// The terms of a companion axis for one side (`outSide`: the rows) of the
@@ -246,18 +248,7 @@ BlockScaleResult mdl::rt::addBlockScales(ModelLayout &m,
     if (m.params[i].scaleBlock <= 0)
       continue;
     Param s;
-    std::string why = makeScale(m.params[i], s);
-    if (!why.empty()) {
-      // Reported against the first tensor that holds the weight.
-      for (size_t t = 0; t < m.tensors.size(); ++t) {
-        std::vector<int> held = tensorParams(m.tensors[t]);
-        if (std::find(held.begin(), held.end(), int(i)) != held.end()) {
-          result.errors.push_back({int(t), m.params[i].path + ": " + why});
-          break;
-        }
-      }
-      continue;
-    }
+    makeScale(m.params[i], s);
     s.scaleOf = int(i);
     scaleOf[i] = int(m.params.size());
     m.params[i].scale = scaleOf[i];
@@ -271,14 +262,14 @@ BlockScaleResult mdl::rt::addBlockScales(ModelLayout &m,
     }));
     if (scaled == 0)
       continue;
-    if (scaled != held.size()) {
-      result.errors.push_back(
-          {int(t), "holds FP8 block-scaled weights with others"});
-      continue;
-    }
     if (m.blockScaleSuffix.empty()) {
       m.tensors[t].dequantized = true;
       m.tensors[t].stored = dequantizedDType;
+      continue;
+    }
+    if (scaled != held.size()) {
+      result.errors.push_back(
+          {int(t), "holds FP8 block-scaled weights with others"});
       continue;
     }
     TensorSpec c;

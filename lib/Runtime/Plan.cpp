@@ -256,7 +256,7 @@ void Planner::validate() {
       int64_t pad = s.padMultiple ? s.padMultiple(cfg) : 0;
       SplitResult r = splitAtoms(splitSizes(p, s), n, 0, s.replicateWhenFewer,
                                  pad);
-      if (r.ok && !s.indivisible.empty())
+      if (!s.indivisible.empty())
         r.ok = false, r.why = s.indivisible;
       if (r.ok)
         continue;

@@ -4,6 +4,7 @@
 //               IN_DIR OUT_DIR [--rank R]
 //   mdl-convert --model NAME --from B --to hf IN_DIR OUT_DIR
 //   mdl-convert --model NAME --from B --to B2 --tp N ... IN_DIR OUT_DIR
+//   mdl-convert --model NAME --from A --to B ... --adapters IN_DIR OUT_DIR
 //   mdl-convert --list
 //
 // Every spec of the model library is compiled in (mdl_generate()). Exit
@@ -11,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Json.h"
 
@@ -52,6 +54,16 @@ Options:
                       elements (MTP layers) than the checkpoint's config has
   --choice NAME=VALUE a storage variant (e.g. expert_storage=packed); by
                       default detected from an HF source
+  --adapters          convert LoRA adapters instead of weights: IN_DIR
+                      holds HF-PEFT's adapter_model.safetensors (for hf)
+                      or what mdl-convert --adapters wrote; OUT_DIR gets
+                      the same, one adapter_model.safetensors per rank for
+                      a backend. Fused modules (linear_qkv, linear_fc1) get
+                      their sources' adapters stacked along the rank, and
+                      the HF modules of a fused adapter share its lora_A,
+                      so every merged delta W is kept exactly
+  --config FILE       the base model's config.json (default:
+                      IN_DIR/config.json)
   --dry-run           print what each target rank would hold (directory,
                       name, shape, dtype) and write nothing
   --quiet             no progress line
@@ -209,6 +221,50 @@ bool makeDir(const std::string &path, Cleanup &cleanup, std::string &error) {
   return true;
 }
 
+/// The adapters of every target rank in `todo` (HF-PEFT's, for an hf
+/// target), from those in `inDir`. A backend source is read whole, through
+/// HF's modules.
+std::optional<std::vector<Adapters>>
+convertAdapters(const Binding &hf, const Binding &from,
+                const ParallelConfig &source, bool fromHf, const Binding &to,
+                const ParallelConfig &target, bool toHf,
+                const std::string &inDir, const std::vector<int64_t> &todo,
+                std::string &error) {
+  auto read = [&](const std::string &path) -> std::optional<Adapters> {
+    std::unique_ptr<SafetensorsFile> file = SafetensorsFile::open(path, error);
+    if (!file)
+      return std::nullopt;
+    return readAdapters(*file, error);
+  };
+  std::optional<Adapters> peft;
+  if (fromHf) {
+    peft = read(inDir + "/adapter_model.safetensors");
+  } else {
+    std::vector<Adapters> ranks;
+    for (int64_t r = 0; r < Binding::numRanks(source); ++r) {
+      std::optional<Adapters> a = read(inDir + "/" + from.rankDir(source, r) +
+                                       "/adapter_model.safetensors");
+      if (!a)
+        return std::nullopt;
+      ranks.push_back(std::move(*a));
+    }
+    peft = adaptersToHf(hf, from, source, ranks, error);
+  }
+  if (!peft)
+    return std::nullopt;
+  if (toHf)
+    return std::vector<Adapters>{std::move(*peft)};
+  std::vector<Adapters> out;
+  for (int64_t r : todo) {
+    std::optional<Adapters> a =
+        adaptersToBackend(hf, to, target, r, *peft, error);
+    if (!a)
+      return std::nullopt;
+    out.push_back(std::move(*a));
+  }
+  return out;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -217,6 +273,8 @@ int main(int argc, char **argv) {
   ParallelConfig target;
   int64_t onlyRank = -1;
   bool quiet = false, list = false, parallelGiven = false, dryRun = false;
+  bool adapters = false;
+  std::string configGiven;
   LoadOptions load;
   std::map<std::string, std::string> choicesGiven;
   for (int i = 1; i < argc; ++i) {
@@ -244,6 +302,12 @@ int main(int argc, char **argv) {
       quiet = true;
     } else if (a == "--dry-run") {
       dryRun = true;
+    } else if (a == "--adapters") {
+      adapters = true;
+    } else if (flag == "--config") {
+      if (!value(v) || v.empty())
+        return usage("--config needs a file");
+      configGiven = v;
     } else if (a == "--sp") {
       target.sp = true;
       parallelGiven = true;
@@ -355,6 +419,12 @@ int main(int argc, char **argv) {
     if (m->asString() != model || b->asString() != fromName)
       return fail(inDir + " holds " + m->asString() + " on " + b->asString() +
                   ", not " + model + " on " + fromName);
+    const json::Value *holdsAdapters = plan->get("adapters");
+    if (adapters != (holdsAdapters && holdsAdapters->kind() == json::Value::Bool &&
+                     holdsAdapters->asBool()))
+      return fail(inDir + " holds " +
+                  (adapters ? "weights, not LoRA adapters"
+                            : "LoRA adapters (convert them with --adapters)"));
     if (const json::Value *ch = plan->get("choices"))
       for (const auto &[k, v] : ch->members())
         if (!sourceChoices.count(k) && v.kind() == json::Value::String)
@@ -367,7 +437,8 @@ int main(int argc, char **argv) {
 
   // Instantiate once; both sides bind the same instance.
   std::string error;
-  std::string configPath = inDir + "/config.json";
+  std::string configPath =
+      configGiven.empty() ? inDir + "/config.json" : configGiven;
   std::optional<HFConfig> plain = HFConfig::load(configPath, error);
   if (!plain)
     return fail(error);
@@ -388,7 +459,7 @@ int main(int argc, char **argv) {
 
   // An HF source's storage variants are read from its files.
   std::shared_ptr<Checkpoint> hfInput;
-  if (fromName == "hf") {
+  if (fromName == "hf" && !adapters) {
     hfInput = Checkpoint::open(inDir, error);
     if (!hfInput)
       return fail(error);
@@ -460,10 +531,36 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  Converter converter(*from, source, *to, target);
-  std::set<int64_t> needed;
+  std::vector<int64_t> todo;
   for (int64_t r = 0; r < ranks; ++r)
     if (onlyRank < 0 || r == onlyRank)
+      todo.push_back(r);
+  // Adapters are small: all of them are converted before anything is
+  // written.
+  std::unique_ptr<Binding> hfBinding;
+  std::vector<Adapters> adapterOutputs;
+  if (adapters) {
+    const Binding *hf = fromName == "hf" ? from.get()
+                        : toName == "hf" ? to.get()
+                                         : nullptr;
+    if (!hf) {
+      hfBinding = Binding::bind(instance, any->hf, sourceChoices, error);
+      if (!hfBinding)
+        return fail(error);
+      hf = hfBinding.get();
+    }
+    std::optional<std::vector<Adapters>> converted = convertAdapters(
+        *hf, *from, source, fromName == "hf", *to, target, toName == "hf",
+        inDir, todo, error);
+    if (!converted)
+      return fail(error);
+    adapterOutputs = std::move(*converted);
+  }
+
+  Converter converter(*from, source, *to, target);
+  std::set<int64_t> needed;
+  if (!adapters)
+    for (int64_t r : todo)
       for (int64_t s : converter.sourcesOf(r))
         needed.insert(s);
   for (int64_t s : needed) {
@@ -489,16 +586,13 @@ int main(int argc, char **argv) {
   if (!makeDir(outDir, cleanup, error))
     return fail(error);
   bool tty = !quiet && isatty(2);
-  std::vector<int64_t> todo;
   std::vector<std::string> files;
-  for (int64_t r = 0; r < ranks; ++r) {
-    if (onlyRank >= 0 && r != onlyRank)
-      continue;
+  for (int64_t r : todo) {
     std::string dir = toName == "hf" ? outDir : outDir + "/" + to->rankDir(target, r);
     if (!makeDir(dir, cleanup, error))
       return fail(error);
-    todo.push_back(r);
-    files.push_back(dir + "/model.safetensors");
+    files.push_back(dir + (adapters ? "/adapter_model.safetensors"
+                                    : "/model.safetensors"));
   }
   auto progress = [&](const ConvertProgress &p) {
     if (tty)
@@ -509,13 +603,33 @@ int main(int argc, char **argv) {
   };
   // The ranks are written in parallel; a file is removed again on failure
   // once it is complete (the converter removes incomplete ones).
-  bool written = converter.writeRanks(
-      todo, files, error, progress,
-      [&](size_t i) { cleanup.files.push_back(files[i]); });
-  if (tty)
-    std::fputc('\n', stderr);
-  if (!written)
-    return fail(error);
+  if (adapters) {
+    // HF-PEFT names its adapters after the wrapped model.
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (!writeAdapters(adapterOutputs[i],
+                         toName == "hf" ? "base_model.model." : "", files[i],
+                         error))
+        return fail(error);
+      cleanup.files.push_back(files[i]);
+    }
+    // The PEFT configuration travels with the adapters.
+    std::string peft;
+    if (readFile(inDir + "/adapter_config.json", peft)) {
+      bool existed = exists(outDir + "/adapter_config.json");
+      if (!writeFile(outDir + "/adapter_config.json", peft, error))
+        return fail(error);
+      if (!existed)
+        cleanup.files.push_back(outDir + "/adapter_config.json");
+    }
+  } else {
+    bool written = converter.writeRanks(
+        todo, files, error, progress,
+        [&](size_t i) { cleanup.files.push_back(files[i]); });
+    if (tty)
+      std::fputc('\n', stderr);
+    if (!written)
+      return fail(error);
+  }
 
   // config.json and plan.json describe what was written.
   std::string configText;
@@ -536,6 +650,8 @@ int main(int argc, char **argv) {
   plan.set("configuration", configJson(target));
   plan.set("source", json::Value::string(inDir));
   plan.set("from", json::Value::string(fromName));
+  if (adapters)
+    plan.set("adapters", json::Value::boolean(true));
   json::Value choices = json::Value::object();
   for (const auto &[k, v] : targetChoices)
     choices.set(k, json::Value::string(v));

@@ -48,9 +48,19 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
     co.checkpoint = {CheckpointSource::Inventory, options.hfInventory};
   auto session = std::make_shared<CheckSession>(co);
 
+  // Errors reported outside the checks (a spec that fails to instantiate
+  // or bind) count too; the printing handler still sees them.
+  size_t reported = 0;
+  mlir::DiagnosticEngine::HandlerID counter =
+      context.getDiagEngine().registerHandler([&](mlir::Diagnostic &d) {
+        if (d.getSeverity() == mlir::DiagnosticSeverity::Error)
+          ++reported;
+        return mlir::failure();
+      });
   mlir::PassManager pm(&context);
   addCheckPasses(pm, session);
   bool ok = mlir::succeeded(pm.run(top));
+  context.getDiagEngine().eraseHandler(counter);
 
   // One line per model and config, then the whole run.
   std::map<std::pair<std::string, std::string>, std::string> lines;
@@ -81,7 +91,7 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
   }
   for (const auto &key : order)
     llvm::outs() << lines[key] << "\n";
-  size_t errors = session->findings().size();
+  size_t errors = std::max(session->findings().size(), reported);
   ok &= errors == 0;
   double seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - start)

@@ -35,6 +35,12 @@ struct LoraFactor {
 
 struct Adapter {
   LoraFactor a, b; // a: [r, in], b: [out, r]
+  /// For an adapter built from several HF modules' (a fused module's): each
+  /// one with its number of rank rows, in order. Going back, each HF module
+  /// gets its own block; an adapter without blocks (trained on the fused
+  /// module) gives every HF module all of lora_A. Stored in the file's
+  /// metadata as "mdl.lora_blocks".
+  std::vector<std::pair<std::string, int64_t>> blocks;
 };
 
 /// Adapters by module name (the weight tensor's name without `.weight`).
