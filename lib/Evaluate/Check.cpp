@@ -319,9 +319,13 @@ void CheckSession::checkModel(
     sum.model = modelName;
     sum.configFile = configPath;
     sum.backend = b;
-    sum.params = layout.params.size();
+    // The model's parameters: FP8 block scales, which a backend may or may
+    // not keep, are not counted.
     for (const rt::Param &p : layout.params)
-      sum.elements += p.numElements();
+      if (p.scaleOf < 0) {
+        ++sum.params;
+        sum.elements += p.numElements();
+      }
     rt::CheckScope scope = rt::representativeLayers(layout);
     std::set<std::string> seen, namedPipelines;
     for (ParallelConfig point : points) {
