@@ -589,7 +589,10 @@ class Reference:
                     o = "mtp.layers.%d." % k if self.mcore else hf
                     self.put(o + "enorm.weight", self.w(hf + "enorm.weight"), cidx)
                     self.put(o + "hnorm.weight", self.w(hf + "hnorm.weight"), cidx)
-                    self.put(o + "eh_proj.weight", self.col(self.w(hf + "eh_proj.weight"), t), cidx)
+                    # Megatron's eh_proj is column-parallel, vLLM's a plain
+                    # nn.Linear (whole on every rank).
+                    eh = self.w(hf + "eh_proj.weight")
+                    self.put(o + "eh_proj.weight", self.col(eh, t) if self.mcore else eh, cidx)
                     self.put(o + ("final_layernorm.weight" if self.mcore else "shared_head.norm.weight"),
                              self.w(hf + "shared_head.norm.weight"), cidx)
                     self.layer(hf, o + ("mtp_model_layer." if self.mcore else "mtp_block."), t, e,
