@@ -595,6 +595,10 @@ class Reference:
                     self.put(o + "eh_proj.weight", self.col(eh, t) if self.mcore else eh, cidx)
                     self.put(o + ("final_layernorm.weight" if self.mcore else "shared_head.norm.weight"),
                              self.w(hf + "shared_head.norm.weight"), cidx)
+                    if not self.mcore:
+                        # vLLM's MTP ParallelLMHead: the head, split as lm_head.
+                        head = "lm_head.weight" if not self.tied else hftext + "embed_tokens.weight"
+                        self.put(o + "shared_head.head.weight", self.vocab(self.w(head), t), cidx)
                     self.layer(hf, o + ("mtp_model_layer." if self.mcore else "mtp_block."), t, e,
                                False, kinds[0], True, cidx)
                 for k in range(mtp if self.q38 else 0):
