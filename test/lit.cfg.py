@@ -22,7 +22,11 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 # Real model data (configs, weight inventories) copied into the tree.
 # Compiling generated code in tests: the host compiler with the warnings
 # generated code must pass, and the runtime library.
-config.substitutions.append(("%cxx", config.host_cxx + " -std=c++17 -Wall -Wextra -Werror -fexceptions -I" + os.path.join(config.mdl_src_root, "include")))
+# In a sanitizer build the runtime is instrumented, and so are the test
+# programs that link it.
+sanitize = config.mdl_sanitize in ("ON", "1", "TRUE", "YES")
+sanitize_flags = " -fsanitize=address,undefined -fno-sanitize-recover=undefined" if sanitize else ""
+config.substitutions.append(("%cxx", config.host_cxx + " -std=c++17 -Wall -Wextra -Werror -fexceptions" + sanitize_flags + " -I" + os.path.join(config.mdl_src_root, "include")))
 config.substitutions.append(("%mdl_runtime", config.mdl_runtime_lib + " -lpthread"))
 config.substitutions.append(("%mdl_obj", config.mdl_obj_root))
 config.substitutions.append(("%host_cxx", config.host_cxx))
@@ -37,7 +41,7 @@ llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.mdl_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
-if config.mdl_sanitize in ("ON", "1", "TRUE", "YES"):
+if sanitize:
     # Debian's LLVM/MLIR libraries are not instrumented, but LLVM headers
     # poison arena memory when they see a sanitizer build: the two disagree,
     # so manual poisoning is turned off. Leaks in MLIR's static singletons
