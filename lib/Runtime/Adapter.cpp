@@ -84,11 +84,8 @@ bool linearTensors(const Binding &b, const ParallelConfig &config,
     lt.cols = t.shape[1];
     for (const Piece &pc : t.pieces) {
       const Param &p = m.params[size_t(pc.param)];
-      std::vector<size_t> outAtoms, inAtoms;
-      size_t atom = 0;
-      for (size_t a = 0; a < p.axisAtoms.size(); ++a)
-        for (int j = 0; j < p.axisAtoms[a]; ++j, ++atom)
-          (a < size_t(p.linearOutAxes) ? outAtoms : inAtoms).push_back(atom);
+      WeightSides sides = weightSides(p); // no expert side here
+      const std::vector<size_t> &outAtoms = sides.out, &inAtoms = sides.in;
       for (size_t a : outAtoms)
         if (pc.stride[a] % lt.cols != 0) {
           error = "tensor '" + t.name + "' is not laid out as [out, in]: " +

@@ -548,7 +548,6 @@ bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
   job.size = uint64_t(elements) * byteSize(t.dtype);
   std::set<std::pair<const uint8_t *, uint64_t>> sources;
   for (const Piece &target : t.pieces) {
-    const std::string &path = to.layout().params[size_t(target.param)].path;
     if (t.dequantized) {
       bool done = false;
       if (!planDequant(t, target, job, sources, done, error))
@@ -558,29 +557,9 @@ bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
         continue;
       }
     }
-    int64_t covered = 0;
-    if (auto it = views.find(path); it != views.end())
-      for (const View &v : it->second) {
-        Job::Copy copy{BoxCopy(), v.data, v.file, v.fileOffset};
-        if (!copy.box.init(v.piece, v.dtype, v.offset, target, t.dtype,
-                           t.offset))
-          continue;
-        if ((isF8(v.dtype) || isF8(t.dtype)) &&
-            (v.dtype != t.dtype || v.offset != t.offset)) {
-          error = "tensor '" + t.name + "' would convert 8-bit floats, " +
-                  "which move as bytes only";
-          return false;
-        }
-        covered += copy.box.size;
-        job.copies.push_back(std::move(copy));
-        sources.insert({v.data, v.bytes});
-      }
-    if (covered < target.numElements()) {
-      error = "no source holds all of " + path + " for tensor '" + t.name +
-              "' (" + std::to_string(covered) + " of " +
-              std::to_string(target.numElements()) + " elements)";
+    if (!gather(target.param, target, t.dtype, t.offset, job.copies, sources,
+                t.name, error))
       return false;
-    }
     held += target.numElements();
   }
   job.padded = held < elements;
@@ -588,20 +567,26 @@ bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
   return true;
 }
 
-/// The copies from the source views of `param` into `box`; false (with
-/// `error`) unless they cover it.
+/// The copies from the source views of `param` into `box`, a piece of a
+/// tensor of `dtype` storing values plus `offset`; false (with `error`)
+/// unless they cover it.
 bool Converter::gather(int param, const Piece &box, DType dtype,
-                       std::vector<SourceCopy> &copies,
+                       int64_t offset, std::vector<SourceCopy> &copies,
                        std::set<std::pair<const uint8_t *, uint64_t>> &sources,
                        const std::string &tensor, std::string &error) const {
   const std::string &path = to.layout().params[size_t(param)].path;
   int64_t covered = 0;
   if (auto it = views.find(path); it != views.end())
     for (const View &v : it->second) {
-      Job::Copy copy{BoxCopy(), v.data, v.file, v.fileOffset};
-      if (v.dtype != dtype ||
-          !copy.box.init(v.piece, v.dtype, v.offset, box, dtype, v.offset))
+      SourceCopy copy{BoxCopy(), v.data, v.file, v.fileOffset};
+      if (!copy.box.init(v.piece, v.dtype, v.offset, box, dtype, offset))
         continue;
+      if ((isF8(v.dtype) || isF8(dtype)) &&
+          (v.dtype != dtype || v.offset != offset)) {
+        error = "tensor '" + tensor + "' would convert 8-bit floats, " +
+                "which move as bytes only";
+        return false;
+      }
       covered += copy.box.size;
       copies.push_back(std::move(copy));
       sources.insert({v.data, v.bytes});
@@ -651,9 +636,9 @@ bool Converter::planDequant(
   }
   scale.stride.assign(scale.lo.size(), 0);
   d.scaleBox = contiguous(scale);
-  if (!gather(target.param, d.weightBox, DType::F8E4M3, d.weightCopies,
+  if (!gather(target.param, d.weightBox, DType::F8E4M3, 0, d.weightCopies,
               sources, t.name, error) ||
-      !gather(w.scale, d.scaleBox, DType::F32, d.scaleCopies, sources,
+      !gather(w.scale, d.scaleBox, DType::F32, 0, d.scaleCopies, sources,
               t.name, error))
     return false;
   job.dequants.push_back(std::move(d));

@@ -68,6 +68,13 @@ void Value::set(std::string key, Value v) {
   obj.emplace_back(std::move(key), std::move(v));
 }
 
+Value Value::strings(const std::vector<std::string> &elements) {
+  Value v = array();
+  for (const std::string &e : elements)
+    v.push(string(e));
+  return v;
+}
+
 bool Value::erase(std::string_view key) {
   auto it = std::find_if(obj.begin(), obj.end(),
                          [&](const auto &m) { return m.first == key; });

@@ -664,10 +664,7 @@ int main(int argc, char **argv) {
   for (const ModelLayout::DerivedTensor &d : to->derived()) {
     json::Value j = json::Value::object();
     j.set("name", json::Value::string(d.name));
-    json::Value when = json::Value::array();
-    for (const std::string &w : d.recompute)
-      when.push(json::Value::string(w));
-    j.set("recompute", std::move(when));
+    j.set("recompute", json::Value::strings(d.recompute));
     derived.push(std::move(j));
   }
   plan.set("derived", std::move(derived));

@@ -67,17 +67,11 @@ int mdl::runLora(const Options &options, mlir::ModuleOp top,
       j.set("input_is_parallel", json::Value::boolean(t.inputIsParallel));
       if (t.localExperts)
         j.set("local_experts", json::Value::integer(t.localExperts));
-      json::Value grads = json::Value::array();
-      for (const std::string &g : t.allReduceGrads)
-        grads.push(json::Value::string(g));
-      j.set("grad_all_reduce", std::move(grads));
+      j.set("grad_all_reduce", json::Value::strings(t.allReduceGrads));
       targets.push(std::move(j));
     }
     out.set("targets", std::move(targets));
-    json::Value all = json::Value::array();
-    for (const std::string &n : allLinear)
-      all.push(json::Value::string(n));
-    out.set("all_linear", std::move(all));
+    out.set("all_linear", json::Value::strings(allLinear));
     llvm::outs() << json::write(out, 2) << "\n";
     return 0;
   }

@@ -102,7 +102,7 @@ private:
   bool planDequant(const RankTensor &t, const Piece &target, Job &job,
                    std::set<std::pair<const uint8_t *, uint64_t>> &sources,
                    bool &done, std::string &error) const;
-  bool gather(int param, const Piece &box, DType dtype,
+  bool gather(int param, const Piece &box, DType dtype, int64_t offset,
               std::vector<SourceCopy> &copies,
               std::set<std::pair<const uint8_t *, uint64_t>> &sources,
               const std::string &tensor, std::string &error) const;

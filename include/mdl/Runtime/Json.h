@@ -31,6 +31,8 @@ public:
   static Value number(double d);
   static Value string(std::string s);
   static Value array(std::vector<Value> elements = {});
+  /// An array of strings.
+  static Value strings(const std::vector<std::string> &elements);
   static Value object();
 
   Kind kind() const { return k; }
