@@ -32,6 +32,18 @@ config.substitutions.append(("%mdl_obj", config.mdl_obj_root))
 config.substitutions.append(("%host_cxx", config.host_cxx))
 config.substitutions.append(("%inputs", os.path.join(config.mdl_src_root, "test", "Inputs")))
 
+# The editor grammar's test needs node and the npm modules the build
+# installs (test/CMakeLists.txt).
+import shutil
+npm_modules = os.path.join(config.mdl_obj_root, "test", "Editors", "npm", "node_modules")
+config.substitutions.append(("%npm_modules", npm_modules))
+if not shutil.which("node"):
+    lit_config.note("editor grammar test unsupported: node is not on PATH")
+elif not all(os.path.isdir(os.path.join(npm_modules, m)) for m in ("vscode-textmate", "vscode-oniguruma")):
+    lit_config.note("editor grammar test unsupported: vscode-textmate and vscode-oniguruma are not installed in " + npm_modules + " (the build installs them with npm ci)")
+else:
+    config.available_features.add("vscode-textmate")
+
 llvm_config.use_default_substitutions()
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 
