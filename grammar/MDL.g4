@@ -230,6 +230,8 @@ name
 INT     : [0-9]+ ;
 STRING  : '"' ( ~["\\\r\n] | '\\' ~[\r\n] )* '"' ;
 IDENT   : [a-zA-Z_] [a-zA-Z_0-9]* ;
-LINE_COMMENT  : '//' ~[\r\n]* -> skip ;
-BLOCK_COMMENT : '/*' .*? '*/' -> skip ;
+// Comments stay in the token stream, on the hidden channel the parser does
+// not read, for the formatter (lib/Parse/Format.cpp).
+LINE_COMMENT  : '//' ~[\r\n]* -> channel(HIDDEN) ;
+BLOCK_COMMENT : '/*' .*? '*/' -> channel(HIDDEN) ;
 WS      : [ \t\r\n]+ -> skip ;

@@ -1,6 +1,7 @@
 //===- Bind.cpp - Bind an instantiated model to a backend -----------------===//
 
 #include "mdl/Evaluate/Bind.h"
+#include "mdl/Runtime/Cli.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include <algorithm>
@@ -17,21 +18,15 @@ using namespace mdl;
 std::unique_ptr<Backend> Backend::lookup(Operation *anchor,
                                          StringRef spelled) {
   ModuleOp top = getTopModule(anchor);
-  // Command lines say `mcore-te`; identifiers cannot hold a dash.
-  std::string name = spelled.str();
-  std::replace(name.begin(), name.end(), '-', '_');
+  // Command lines say `mcore-te` or `MCORE_TE`; the specs, mcore_te.
+  std::string name = cli::normalizeBackendName(spelled);
   auto b = dyn_cast_or_null<BackendOp>(SymbolTable::lookupSymbolIn(top, name));
   if (!b) {
-    SmallVector<StringRef> known;
+    std::vector<std::string> known;
     for (auto k : top.getOps<BackendOp>())
-      known.push_back(k.getSymName());
-    auto diag = emitError(anchor->getLoc())
-                << "no backend named '" << spelled << "'";
-    if (!known.empty()) {
-      diag << " (known: ";
-      llvm::interleaveComma(known, diag);
-      diag << ")";
-    }
+      known.push_back(k.getSymName().str());
+    emitError(anchor->getLoc()) << "no backend named '" << spelled << "'"
+                                << cli::didYouMean(spelled, known);
     return nullptr;
   }
   auto backend = std::make_unique<Backend>();

@@ -348,8 +348,7 @@ void CheckSession::checkModel(
       ++checkedTriples;
       rt::Planner planner(layout, point);
       if (!planner.valid()) {
-        if (sum.invalid.size() < 3)
-          sum.invalid.push_back({cfg, planner.invalidReasons()});
+        sum.invalid.push_back({cfg, planner.invalidReasons()});
         // A grid of one point asks for that configuration.
         if (points.size() == 1)
           for (const std::string &why : planner.invalidReasons())

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mdl/Runtime/Cli.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Safetensors.h"
 
@@ -56,6 +57,9 @@ Commands:
                         "bytes:PATH"     the bytes of a file (relative to
                                          SPEC's directory)
                       OUT appears complete or not at all.
+
+Options:
+  --help, --version
 )";
 
 namespace {
@@ -369,6 +373,10 @@ int main(int argc, char **argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  if (cmd == "--version") {
+    std::printf("%s\n", cli::versionLine("mdl-safetensors").c_str());
+    return 0;
+  }
   if (cmd == "list") {
     bool headersOnly = args.size() == 3 && args[1] == "--header-only";
     if (args.size() != (headersOnly ? 3u : 2u) ||
@@ -391,5 +399,6 @@ int main(int argc, char **argv) {
       return usageError("write takes OUT.safetensors SPEC.json");
     return write(args[1], args[2]);
   }
-  return usageError("unknown command '" + cmd + "'");
+  return usageError("unknown command '" + cmd + "'" +
+                    cli::didYouMean(cmd, {"list", "index", "cat", "write"}));
 }

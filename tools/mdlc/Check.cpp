@@ -64,6 +64,8 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
 
   // One line per model and config, then the whole run.
   std::map<std::pair<std::string, std::string>, std::string> lines;
+  // --verbose: under each line, every invalid configuration and why.
+  std::map<std::pair<std::string, std::string>, std::string> details;
   std::vector<std::pair<std::string, std::string>> order;
   int configs = 0, valid = 0;
   std::set<std::string> models, backends;
@@ -87,10 +89,16 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
                   std::to_string(s.configs) + (s.configs == 1 ? " configuration valid" : " configurations valid");
     configs += s.configs;
     valid += s.valid;
+    for (const auto &[cfg, reasons] : s.invalid)
+      for (const std::string &why : reasons)
+        details[key] += "  " + s.backend + " " + cfg + ": " + why + "\n";
     backends.insert(s.backend);
   }
-  for (const auto &key : order)
+  for (const auto &key : order) {
     llvm::outs() << lines[key] << "\n";
+    if (options.verbose)
+      llvm::outs() << details[key];
+  }
   size_t errors = std::max(session->findings().size(), reported);
   ok &= errors == 0;
   double seconds = std::chrono::duration<double>(

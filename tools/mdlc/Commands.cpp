@@ -5,6 +5,7 @@
 #include "mdl/AST/ASTDumper.h"
 #include "mdl/Driver/Frontend.h"
 #include "mdl/Evaluate/Check.h"
+#include "mdl/Runtime/Cli.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringExtras.h"
@@ -56,6 +57,19 @@ private:
   size_t i = 0;
 };
 
+/// "; did you mean '--x'?" for an unknown option close to a known one.
+std::string didYouMeanOption(const std::string &option) {
+  static const std::vector<std::string> known = {
+      "--hf-config", "--set", "--backend", "--grid", "--choice", "--tp",
+      "--pp", "--ep", "--etp", "--cp", "--dp", "--vpp", "--sp",
+      "--first-stage-layers", "--last-stage-layers", "--rank", "--hf-index",
+      "--hf-dir", "--hf-inventory", "--format", "--lora-rank", "--depfile",
+      "--diagnostics-format", "--diagnostics-file", "--tensor", "--verbose",
+      "--verify-diagnostics", "--version", "--help"};
+  std::vector<std::string> close = cli::closestNames(option, known);
+  return close.empty() ? "" : "; did you mean '" + close.front() + "'?";
+}
+
 bool parseKeyValue(const std::string &text, std::string &key,
                    std::string &value) {
   size_t eq = text.find('=');
@@ -70,7 +84,8 @@ bool parseKeyValue(const std::string &text, std::string &key,
 std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
                                      Options &options, const char *usage) {
   ArgReader r(args);
-  static const char *kCommands[] = {"check", "params", "plan", "emit", "lora"};
+  static const char *kCommands[] = {"check", "params", "plan", "emit", "lora",
+                                     "format"};
   static const char *kAxes[] = {"tp", "pp", "ep", "etp", "cp", "dp", "vpp"};
   while (!r.done()) {
     std::string value;
@@ -81,7 +96,7 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       return 0;
     }
     if (a == "--version") {
-      llvm::outs() << "mdlc (MDL) 0.1.0\n";
+      llvm::outs() << cli::versionLine("mdlc") << "\n";
       return 0;
     }
     if (a.rfind("-emit=", 0) == 0 || a.rfind("--emit=", 0) == 0) {
@@ -92,6 +107,16 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       if (!options.command.empty())
         return usageError("-emit=" + what + " cannot follow a command");
       options.command = what;
+      continue;
+    }
+    if (a == "-i") {
+      r.next();
+      options.inPlace = true;
+      continue;
+    }
+    if (a == "--verbose" || a == "-v") {
+      r.next();
+      options.verbose = true;
       continue;
     }
     if (a == "--verify-diagnostics" || a == "--sp") {
@@ -159,9 +184,29 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       continue;
     }
     if (optionWithValue("--format")) {
-      if (missing || (value != "text" && value != "json"))
-        return usageError("--format takes text or json");
+      static const std::vector<std::string> formats = {"text", "json", "svg",
+                                                       "diagram"};
+      if (missing || !llvm::is_contained(formats, value))
+        return usageError("--format takes text, json, svg or diagram");
       options.format = value;
+      continue;
+    }
+    if (optionWithValue("--tensor")) {
+      if (missing || value.empty())
+        return usageError("--tensor needs a regular expression");
+      options.tensorPattern = value;
+      continue;
+    }
+    if (optionWithValue("--diagnostics-format")) {
+      if (missing || (value != "text" && value != "json" && value != "sarif"))
+        return usageError("--diagnostics-format takes text, json or sarif");
+      options.diagnosticsFormat = value;
+      continue;
+    }
+    if (optionWithValue("--diagnostics-file")) {
+      if (missing || value.empty())
+        return usageError("--diagnostics-file needs a path");
+      options.diagnosticsFile = value;
       continue;
     }
     if (optionWithValue("--grid")) {
@@ -188,6 +233,7 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       if (missing || StringRef(value).getAsInteger(10, n) || n < 1)
         return usageError(std::string("--") + axis +
                           " takes a positive integer");
+      options.axesGiven.insert(axis);
       ParallelConfig &p = options.parallel;
       StringRef name(axis);
       (name == "tp"    ? p.tp
@@ -225,10 +271,13 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
     }
     r.next();
     if (!a.empty() && a[0] == '-' && a != "-")
-      return usageError("unknown option '" + a + "'");
+      return usageError("unknown option '" + a + "'" +
+                        didYouMeanOption(a.substr(0, a.find('='))));
     if (options.command.empty()) {
       if (!llvm::is_contained(kCommands, a))
-        return usageError("unknown command '" + a + "'");
+        return usageError(
+            "unknown command '" + a + "'" +
+            cli::didYouMean(a, {std::begin(kCommands), std::end(kCommands)}));
       options.command = a;
       continue;
     }
@@ -238,7 +287,8 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
     return usageError("no command given");
   if (options.files.empty())
     return usageError("no input file");
-  if (options.command != "check" && options.files.size() != 1)
+  if (options.command != "check" && options.command != "format" &&
+      options.files.size() != 1)
     return usageError(options.command + " takes one file");
   int sources = !options.hfDir.empty() + !options.hfIndex.empty() +
                 !options.hfInventory.empty();
@@ -246,10 +296,29 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
     return usageError("give one of --hf-dir, --hf-index, --hf-inventory");
   if (sources && options.command != "check")
     return usageError("--hf-dir, --hf-index and --hf-inventory are for check");
+  if (options.verifyDiagnostics && options.diagnosticsFormat != "text")
+    return usageError("--verify-diagnostics needs --diagnostics-format=text");
+  if (options.inPlace && options.command != "format")
+    return usageError("-i is for format");
+  // A directory given as the config stands for its config.json; a
+  // checkpoint directory gives its config unless one is named.
+  if (!options.hfConfig.empty())
+    options.hfConfig = cli::configPathOf(options.hfConfig);
+  else if (!options.hfDir.empty() &&
+           cli::isFile(cli::configPathOf(options.hfDir)))
+    options.hfConfig = cli::configPathOf(options.hfDir);
   if (options.command == "emit" && options.outputDir.empty())
     return usageError("emit needs -o DIR");
   if (options.command == "plan" && options.backends.size() != 1)
     return usageError("plan needs one --backend");
+  bool picture = options.format == "svg" || options.format == "diagram";
+  if (picture && options.command != "plan")
+    return usageError("--format=" + options.format + " is for plan");
+  if (picture && options.tensorPattern.empty())
+    return usageError("--format=" + options.format +
+                      " needs --tensor REGEX, e.g. --tensor 'layers\\.0\\.'");
+  if (!options.tensorPattern.empty() && !picture)
+    return usageError("--tensor is for plan --format=svg or diagram");
   if (options.command == "lora" && options.backends.size() != 1)
     return usageError("lora needs one --backend");
   return std::nullopt;
@@ -304,6 +373,8 @@ std::unique_ptr<HFConfig> mdl::loadConfig(const Options &options,
 
 int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
                     mlir::MLIRContext &context) {
+  if (options.command == "format")
+    return runFormat(options, sourceMgr, context);
   for (const std::string &f : options.files) {
     auto buffer = llvm::MemoryBuffer::getFile(f, /*IsText=*/true);
     if (!buffer) {
@@ -367,6 +438,12 @@ BoundSpec mdl::bindSpec(const Options &options, mlir::ModuleOp top,
     out.inst = std::move(inst);
   }
   return out;
+}
+
+void mdl::warnDefaultAxes(const Options &options, const rt::ModelLayout &m) {
+  if (llvm::is_contained(m.mesh, MeshAxis::TP) && !options.axesGiven.count("tp"))
+    llvm::errs() << "mdlc: warning: no --tp given: " << m.backend
+                 << " splits tensors over tp; showing tp=1\n";
 }
 
 bool mdl::reportInvalid(const rt::Planner &planner, const Options &options) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,18 @@ struct Options {
   std::string format = "text";
   std::vector<std::string> backends;
   bool verifyDiagnostics = false;
+  /// --diagnostics-format: text (as a compiler prints them), json or
+  /// sarif; --diagnostics-file: where json and sarif go (default stderr).
+  /// The parallel axes given on the command line (tp, pp, ...).
+  std::set<std::string> axesGiven;
+  /// check: name every invalid configuration and why.
+  bool verbose = false;
+  /// plan --format=svg|diagram: the tensors to draw (a regular expression
+  /// searched in each tensor's name).
+  std::string tensorPattern;
+  /// format: rewrite the files rather than print them.
+  bool inPlace = false;
+  std::string diagnosticsFormat = "text", diagnosticsFile;
   /// --choice name=value: a backend's storage variant.
   std::map<std::string, std::string> choices;
   /// plan: the parallel configuration and the rank to show (-1: all).
@@ -82,6 +95,8 @@ struct BoundSpec {
 /// choices; reports what fails and returns an empty BoundSpec then.
 BoundSpec bindSpec(const Options &options, mlir::ModuleOp top,
                    mlir::MLIRContext &context, const std::string &backend);
+/// Warns when the backend splits over tp and no --tp was given.
+void warnDefaultAxes(const Options &options, const rt::ModelLayout &m);
 /// Whether options.parallel is valid for `planner`'s layout; lists every
 /// reason it is not.
 bool reportInvalid(const rt::Planner &planner, const Options &options);
@@ -94,6 +109,8 @@ int runEmit(const Options &options, mlir::ModuleOp top,
             mlir::MLIRContext &context);
 int runLora(const Options &options, mlir::ModuleOp top,
             mlir::MLIRContext &context);
+int runFormat(const Options &options, llvm::SourceMgr &sourceMgr,
+              mlir::MLIRContext &context);
 int runCheck(const Options &options, mlir::ModuleOp top,
              mlir::MLIRContext &context);
 

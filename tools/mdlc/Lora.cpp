@@ -24,6 +24,7 @@ int mdl::runLora(const Options &options, mlir::ModuleOp top,
     return 1;
   const std::unique_ptr<BoundModel> &bound = spec.bound;
   const rt::ModelLayout &m = bound->layout;
+  warnDefaultAxes(options, m);
   rt::Planner planner(m, options.parallel);
   if (reportInvalid(planner, options))
     return 1;

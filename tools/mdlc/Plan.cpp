@@ -9,11 +9,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
+#include "PlanPicture.h"
 
 #include "mdl/Evaluate/Bind.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Plan.h"
 
+#include "llvm/Support/Regex.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -21,52 +23,6 @@
 using namespace mdl;
 
 namespace {
-
-/// The row intervals of a 2-D-or-more tensor a piece fills, merged.
-std::vector<std::pair<int64_t, int64_t>>
-rowsOf(const rt::Piece &p, const std::vector<int64_t> &shape) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  if (shape.size() < 2)
-    return out;
-  int64_t row = 1;
-  for (size_t i = 1; i < shape.size(); ++i)
-    row *= shape[i];
-  // Atoms that move between rows, and the rows one step of each moves.
-  std::vector<std::pair<int64_t, int64_t>> outer; // (stride in rows, count)
-  int64_t innerRows = 1;
-  for (size_t a = 0; a < p.stride.size(); ++a) {
-    if (p.stride[a] < row)
-      continue;
-    if (p.stride[a] % row != 0)
-      return {};
-    outer.push_back({p.stride[a] / row, p.count[a]});
-  }
-  std::sort(outer.begin(), outer.end());
-  // The innermost moving atoms that form one contiguous run of rows.
-  size_t k = 0;
-  while (k < outer.size() && outer[k].first == innerRows) {
-    innerRows *= outer[k].second;
-    ++k;
-  }
-  int64_t starts = 1;
-  for (size_t j = k; j < outer.size(); ++j)
-    starts *= outer[j].second;
-  if (starts > 64)
-    return {};
-  for (int64_t s = 0; s < starts; ++s) {
-    int64_t r = p.base / row, rest = s;
-    for (size_t j = outer.size(); j-- > k;) {
-      r += (rest % outer[j].second) * outer[j].first;
-      rest /= outer[j].second;
-    }
-    if (!out.empty() && out.back().second == r)
-      out.back().second = r + innerRows;
-    else
-      out.push_back({r, r + innerRows});
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 std::string shapeText(const std::vector<int64_t> &shape) {
   std::string s = "[";
@@ -117,6 +73,19 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
     return 2;
   }
 
+  warnDefaultAxes(options, m);
+  bool picture = options.format == "svg" || options.format == "diagram";
+  // POSIX extended regular expressions, searched in each tensor's name.
+  llvm::Regex tensorPattern(options.tensorPattern);
+  std::string regexError;
+  if (picture && !tensorPattern.isValid(regexError)) {
+    llvm::errs() << "mdlc: error: --tensor '" << options.tensorPattern
+                 << "' is not a regular expression: " << regexError << "\n";
+    return 2;
+  }
+  PlanPicture pictureOf(m, m.model + " on " + m.backend + ", " +
+                               options.parallel.str());
+
   json::Value jranks = json::Value::array();
   if (options.format == "text") {
     llvm::outs() << m.model << " on " << m.backend << ", "
@@ -145,7 +114,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
     int64_t r = rankNumber(ctx);
     if (options.rank >= 0 && r != options.rank)
       continue;
-    if (r != lastRank) {
+    if (r != lastRank && !picture) {
       lastRank = r;
       if (options.format == "text") {
         llvm::outs() << "rank " << r << " (" << rankText(ctx) << "):\n";
@@ -175,6 +144,13 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
             if (f.first == s.atom)
               name += "{" + s.atom + " 0.." +
                       std::to_string(f.second.count - 1) + "}";
+      }
+      if (picture) {
+        if (tensorPattern.match(name))
+          pictureOf.add("pp " + std::to_string(ctx.ppRank) + " chunk " +
+                            std::to_string(ctx.chunk),
+                        name, r, rankText(ctx), lt);
+        continue;
       }
       if (options.format == "json") {
         json::Value jt = json::Value::object();
@@ -236,8 +212,9 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
                      << " strides";
         for (size_t a = 0; a < param.atoms.size(); ++a)
           llvm::outs() << " " << param.atoms[a] << "=" << p.stride[a];
-        std::vector<std::pair<int64_t, int64_t>> rows =
-            rowsOf(p, lt.axesShape);
+        std::vector<std::pair<int64_t, int64_t>> rows;
+        if (lt.axesShape.size() >= 2)
+          rows = rowsOf(p, lt.axesShape);
         if (!rows.empty()) {
           llvm::outs() << " rows";
           for (size_t i = 0; i < rows.size() && i < 8; ++i)
@@ -249,6 +226,17 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
         llvm::outs() << "\n";
       }
     }
+  }
+  if (picture) {
+    if (pictureOf.empty()) {
+      llvm::errs() << "mdlc: error: no tensor of " << m.model << " on "
+                   << m.backend << " matches --tensor '"
+                   << options.tensorPattern << "'\n";
+      return 1;
+    }
+    llvm::outs() << (options.format == "svg" ? pictureOf.svg()
+                                             : pictureOf.diagram());
+    return 0;
   }
   if (options.format == "json") {
     json::Value out = json::Value::object();

@@ -4,6 +4,7 @@
 //   mdlc params FILE            the HF tensors of the instantiated model
 //   mdlc plan FILE ...          what each rank of a backend holds
 //   mdlc emit FILE -o DIR       C++ for the model and its backends
+//   mdlc format [-i] FILE...    the canonical layout of specs
 //   mdlc -emit=ast|mlir FILE    debugging output
 //
 // Exit codes: 0 clean, 1 errors in the input, 2 bad usage.
@@ -11,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
+#include "Diagnostics.h"
 
 #include "mdl/AST/ASTDumper.h"
 #include "mdl/Dialect/MDL/MDLOps.h"
@@ -47,14 +49,19 @@ Commands:
                       every backend with layouts for it): <spec>_<backend>.h
                       and .cpp (<spec>: the file name without .mdl), in
                       namespace mdl::gen::<model>::<backend>
+  format [-i] FILE... print each spec in the canonical layout (-i: rewrite
+                      the files instead)
   -emit=ast FILE      print the syntax tree
   -emit=mlir FILE     print the mdl dialect IR
 
 Options:
-  --hf-config FILE    instantiate with this HF config.json
+  --hf-config FILE    instantiate with this HF config.json (a directory:
+                      its config.json; check --hf-dir DIR without
+                      --hf-config reads DIR/config.json when there is one)
   --set KEY=VALUE     override a key of the HF config (e.g.
                       --set mtp_num_hidden_layers=0); VALUE is JSON or text
-  --backend B         check (repeatable) or plan this backend
+  --backend B         check (repeatable) or plan this backend; mcore-te,
+                      mcore_te and MCORE_TE are the same
   --grid AXIS=N,N...  check these configurations, e.g. --grid tp=1,2 pp=1,2
                       (default: tp=1,2,4,8 pp=1,2,4 ep=1,2,4,8 etp=1,2)
   --choice NAME=VALUE a backend's storage variant (e.g. expert_storage=packed)
@@ -65,7 +72,18 @@ Options:
                       check against a checkpoint's index, safetensors
                       headers, or a tensor inventory (name, shape, dtype)
   --format=text|json  output format of params and plan
+  --format=svg|diagram --tensor REGEX
+                      plan: draw, for each tensor whose name matches, the
+                      rows each rank holds, coloured by part (SVG, or a
+                      text diagram)
+  --verbose, -v       check: name every invalid configuration and why
   -I DIR              search DIR for imports
+  --diagnostics-format=text|json|sarif
+                      print diagnostics as text (file:line:col: error: ...
+                      [check-id]), or collect them and write them at the end
+                      as a JSON list or a SARIF 2.1.0 log
+  --diagnostics-file FILE
+                      write json or sarif diagnostics to FILE, not stderr
   --verify-diagnostics
                       check the diagnostics against expected-* comments
   --version, --help
@@ -86,13 +104,30 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   std::unique_ptr<mlir::SourceMgrDiagnosticHandler> handler;
   std::unique_ptr<mlir::SourceMgrDiagnosticVerifierHandler> verifier;
-  if (options.verifyDiagnostics)
+  std::unique_ptr<DiagnosticCollector> collector;
+  if (options.diagnosticsFormat != "text")
+    collector = std::make_unique<DiagnosticCollector>(context);
+  else if (options.verifyDiagnostics)
     verifier = std::make_unique<mlir::SourceMgrDiagnosticVerifierHandler>(
         sourceMgr, &context);
   else
     handler = std::make_unique<mlir::SourceMgrDiagnosticHandler>(sourceMgr,
                                                                  &context);
   int code = runCommand(options, sourceMgr, context);
+  if (collector) {
+    if (options.diagnosticsFile.empty()) {
+      collector->write(options.diagnosticsFormat, llvm::errs());
+    } else {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(options.diagnosticsFile, ec);
+      if (ec) {
+        llvm::errs() << "mdlc: error: cannot write '" << options.diagnosticsFile
+                     << "': " << ec.message() << "\n";
+        return 1;
+      }
+      collector->write(options.diagnosticsFormat, os);
+    }
+  }
   if (verifier) {
     // The verifier owns the verdict: expected diagnostics were seen, and
     // no others.

@@ -79,7 +79,7 @@ public:
     size_t params = 0;
     int64_t elements = 0;
     int configs = 0, valid = 0;
-    /// Some configurations that are invalid, with their reasons.
+    /// The configurations that are invalid, with their reasons.
     std::vector<std::pair<std::string, std::vector<std::string>>> invalid;
     size_t tensors = 0; // of the first valid configuration, one rank
     /// Said instead of the backend's counts (a checkpoint's comparison).
