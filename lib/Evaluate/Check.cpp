@@ -248,12 +248,14 @@ void CheckSession::checkModel(
     }
     sums.push_back(sum);
   }
-  for (const std::string &b : backends) {
-    std::unique_ptr<Backend> backend = Backend::lookup(model, b);
+  for (const std::string &spelled : backends) {
+    std::unique_ptr<Backend> backend = Backend::lookup(model, spelled);
     if (!backend) {
       ok = false;
       continue;
     }
+    // As the spec names it, however the command line spelled it.
+    const std::string b = backend->name().str();
     std::unique_ptr<BoundModel> bm = bindModel(*inst, *backend, choices);
     if (!bm) {
       ok = false;

@@ -2,6 +2,8 @@
 
 #include "Commands.h"
 
+#include "mdl/Evaluate/Bind.h"
+
 #include "mdl/Target/Cpp/CppEmitter.h"
 #include "mdl/Transforms/Passes.h"
 
@@ -33,14 +35,12 @@ int mdl::runEmit(const Options &options, ModuleOp top, MLIRContext &context) {
             return l.getBackend() == b.getSymName();
           }))
         backends.push_back(b.getSymName().str());
-  // The backends as the user names them (mcore-te is mcore_te).
+  // The backends as the spec names them (mcore-te is mcore_te).
   for (std::string &b : backends)
-    std::replace(b.begin(), b.end(), '-', '_');
-  for (const std::string &b : backends)
-    if (!SymbolTable::lookupSymbolIn(top, b)) {
-      model.emitError() << "no backend named '" << b << "'";
+    if (std::unique_ptr<Backend> backend = Backend::lookup(model, b))
+      b = backend->name().str();
+    else
       return 1;
-    }
 
   PassManager pm(&context);
   pm.addPass(createPrepareEmit());

@@ -46,6 +46,21 @@ std::string rankText(const RankContext &c) {
          std::to_string(c.etpRank);
 }
 
+/// The rank's place on the axes the configuration splits: "tp 1, ep 0".
+std::string axesText(const RankContext &c, const ParallelConfig &p) {
+  std::string s;
+  auto add = [&](const char *axis, int64_t size, int64_t rank) {
+    if (size > 1)
+      s += (s.empty() ? "" : ", ") + std::string(axis) + " " +
+           std::to_string(rank);
+  };
+  add("tp", p.tp, c.tpRank);
+  add("pp", p.pp, c.ppRank);
+  add("ep", p.ep, c.epRank);
+  add("etp", p.etp, c.etpRank);
+  return s;
+}
+
 } // namespace
 
 int mdl::runPlan(const Options &options, mlir::ModuleOp top,
@@ -149,7 +164,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
         if (tensorPattern.match(name))
           pictureOf.add("pp " + std::to_string(ctx.ppRank) + " chunk " +
                             std::to_string(ctx.chunk),
-                        name, r, rankText(ctx), lt);
+                        name, r, axesText(ctx, options.parallel), lt);
         continue;
       }
       if (options.format == "json") {

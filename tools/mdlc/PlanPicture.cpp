@@ -171,17 +171,25 @@ std::string PlanPicture::diagram() const {
             bar[c] = char('a' + i % 26);
           }
       }
-      out += "  rank " + std::to_string(r.rank) + " (" + r.who + ") |" + bar +
+      out += "  rank " + std::to_string(r.rank) +
+             (r.who.empty() ? "" : " (" + r.who + ")") + " |" + bar +
              "| " + std::to_string(r.rows) + " rows\n";
-      // The runs, as the plan's text gives them.
-      std::string runs;
-      for (const Segment &s : r.segments) {
+      // What of each part the rank holds, and the first runs of rows.
+      std::string holds;
+      for (size_t i = 0; i < t.params.size(); ++i)
+        holds += std::string(holds.empty() ? "" : ", ") + char('a' + i % 26) +
+                 " " + label(r, t.params[i]);
+      out += "    holds " + holds + "\n    rows";
+      for (size_t k = 0; k < r.segments.size() && k < 12; ++k) {
+        const Segment &s = r.segments[k];
         size_t i = std::find(t.params.begin(), t.params.end(), s.param) -
                    t.params.begin();
-        runs += std::string(runs.empty() ? "" : " ") + char('a' + i % 26) +
-                " " + std::to_string(s.lo) + ":" + std::to_string(s.hi);
+        out += std::string(" ") + char('a' + i % 26) + " " +
+               std::to_string(s.lo) + ":" + std::to_string(s.hi);
       }
-      out += "    " + runs + "\n";
+      if (r.segments.size() > 12)
+        out += " ... (" + std::to_string(r.segments.size()) + " runs)";
+      out += "\n";
     }
   }
   return out;
@@ -220,8 +228,9 @@ std::string PlanPicture::svg() const {
     for (const Row &r : t.rows) {
       body += "<g class=\"rank\" data-rank=\"" + std::to_string(r.rank) +
               "\">\n<text class=\"rank-label\" x=\"10\" y=\"" +
-              num(y + 15) + "\">rank " + std::to_string(r.rank) + " (" +
-              escape(r.who) + ")</text>\n";
+              num(y + 15) + "\">rank " + std::to_string(r.rank) +
+              (r.who.empty() ? "" : " (" + escape(r.who) + ")") +
+              "</text>\n";
       double scale = r.rows ? barWidth / double(r.rows) : 0;
       body += "<rect class=\"bar\" x=\"" + num(left) + "\" y=\"" + num(y) +
               "\" width=\"" + num(barWidth) + "\" height=\"" + num(barHeight) +
