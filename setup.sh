@@ -26,7 +26,7 @@ esac
 
 packages=(g++ cmake ninja-build python3 python3-numpy llvm-19-dev libmlir-19-dev
           mlir-19-tools llvm-19-tools antlr4 libantlr4-runtime-dev libfmt-dev
-          uuid-dev)
+          uuid-dev pkg-config librsvg2-bin)
 # The editor grammar's test runs on node with modules from npm; a node that
 # is already there (e.g. from NodeSource, which bundles npm) is used as is.
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)

@@ -45,6 +45,12 @@ elif not all(os.path.isdir(os.path.join(npm_modules, m)) for m in ("vscode-textm
 else:
     config.available_features.add("vscode-textmate")
 
+# Rendering the plan picture of the docs.
+if shutil.which("rsvg-convert"):
+    config.available_features.add("rsvg-convert")
+else:
+    lit_config.note("plan picture rendering test unsupported: rsvg-convert (librsvg2-bin) is not on PATH")
+
 llvm_config.use_default_substitutions()
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 
