@@ -1,6 +1,7 @@
 //===- Convert.cpp - Moving weights between layouts -----------------------===//
 
 #include "mdl/Runtime/Convert.h"
+#include "mdl/Runtime/Host.h"
 
 #include <algorithm>
 #include <atomic>
@@ -395,7 +396,7 @@ int64_t mdl::rt::copyIntersection(const Piece &src, const uint8_t *srcData,
 Converter::Converter(const Binding &from, const ParallelConfig &fromConfig,
                      const Binding &to, const ParallelConfig &toConfig)
     : from(from), to(to), fromConfig(fromConfig), toConfig(toConfig),
-      numThreads(std::max(1u, std::min(std::thread::hardware_concurrency(), 8u))) {
+      numThreads(usableCpus()) {
   for (int64_t r = 0; r < Binding::numRanks(fromConfig); ++r)
     for (const RankTensor &t : from.rankTensors(fromConfig, r)) {
       if (t.copy)
@@ -538,7 +539,9 @@ static int64_t flatIndex(const std::vector<size_t> &atoms,
   return index;
 }
 
-void Converter::setThreads(unsigned n) { numThreads = std::max(1u, n); }
+void Converter::setThreads(unsigned n) {
+  numThreads = std::max(1u, std::min(n, 1024u));
+}
 
 bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
   job.tensor = &t;
@@ -770,8 +773,20 @@ bool Converter::writeRanks(
       it->second = ::open(file->c_str(), O_RDONLY | O_CLOEXEC);
     return it->second;
   };
+  // Each thread that works counts itself once per call.
+  static std::atomic<uint64_t> calls{0};
+  uint64_t call = ++calls;
+  auto countThread = [&] {
+    thread_local uint64_t counted = 0;
+    if (counted == call)
+      return;
+    counted = call;
+    std::lock_guard<std::mutex> lock(mutex);
+    ++state.threads;
+  };
   // Counts `n` bytes of `job` as done; the last release its sources.
   auto finish = [&](Job *job, uint64_t n) {
+    countThread();
     if ((job->done += n) < job->size)
       return;
     for (const auto &[data, bytes] : job->sources)

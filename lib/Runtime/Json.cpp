@@ -50,6 +50,10 @@ Value Value::object() {
 const Value *Value::get(std::string_view key) const {
   if (k != Object)
     return nullptr;
+  if (index.map) {
+    auto it = index.map->find(std::string(key));
+    return it == index.map->end() ? nullptr : &obj[it->second].second;
+  }
   for (const auto &[name, value] : obj)
     if (name == key)
       return &value;
@@ -66,6 +70,20 @@ void Value::set(std::string key, Value v) {
     return;
   }
   obj.emplace_back(std::move(key), std::move(v));
+  if (index.map)
+    index.map->emplace(obj.back().first, obj.size() - 1);
+  else if (obj.size() > kIndexFrom)
+    reindex();
+}
+
+void Value::reindex() {
+  index.map.reset();
+  if (obj.size() <= kIndexFrom)
+    return;
+  index.map = std::make_unique<KeyIndex::Map>();
+  index.map->reserve(obj.size());
+  for (size_t n = 0; n < obj.size(); ++n)
+    index.map->emplace(obj[n].first, n);
 }
 
 Value Value::strings(const std::vector<std::string> &elements) {
@@ -81,6 +99,7 @@ bool Value::erase(std::string_view key) {
   if (it == obj.end())
     return false;
   obj.erase(it);
+  reindex();
   return true;
 }
 

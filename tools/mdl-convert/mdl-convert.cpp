@@ -15,6 +15,7 @@
 #include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Json.h"
+#include "mdl/Runtime/Progress.h"
 
 #include <cstdio>
 #include <cstring>
@@ -66,7 +67,17 @@ Options:
                       IN_DIR/config.json)
   --dry-run           print what each target rank would hold (directory,
                       name, shape, dtype) and write nothing
-  --quiet             no progress line
+  --threads N         worker threads (default: the CPUs this process may
+                      use, after its affinity mask and cgroup CPU quota)
+  --progress=MODE     tty: one line redrawn with the rate and the time
+                      left; log: a line every few seconds; json: one JSON
+                      object per line (events progress, done, failed);
+                      none; auto (the default): tty on a terminal, log
+                      elsewhere. tty and log end with a summary (bytes,
+                      tensors, ranks, time, throughput, threads)
+  --progress-interval S
+                      seconds between log and json lines (default 5)
+  --quiet             no progress (--progress=none)
   --list              the compiled-in models and backends
 )";
 
@@ -271,7 +282,9 @@ int main(int argc, char **argv) {
   std::string model, fromName, toName;
   std::vector<std::string> positional;
   ParallelConfig target;
-  int64_t onlyRank = -1;
+  int64_t onlyRank = -1, threads = 0;
+  std::string progressName = "auto";
+  double progressInterval = 5;
   bool quiet = false, list = false, parallelGiven = false, dryRun = false;
   bool adapters = false;
   std::string configGiven;
@@ -300,6 +313,15 @@ int main(int argc, char **argv) {
       list = true;
     } else if (a == "--quiet") {
       quiet = true;
+    } else if (flag == "--progress") {
+      if (!value(v) || !parseProgressMode(v, false))
+        return usage("--progress takes tty, log, json, none or auto");
+      progressName = v;
+    } else if (flag == "--progress-interval") {
+      char *end = nullptr;
+      if (!value(v) || v.empty() ||
+          !((progressInterval = std::strtod(v.c_str(), &end)) >= 0) || *end)
+        return usage("--progress-interval takes a number of seconds");
     } else if (a == "--dry-run") {
       dryRun = true;
     } else if (a == "--adapters") {
@@ -326,6 +348,7 @@ int main(int argc, char **argv) {
         choicesGiven[key] = val;
     } else if (flag == "--tp" || flag == "--pp" || flag == "--ep" ||
                flag == "--etp" || flag == "--vpp" || flag == "--rank" ||
+               flag == "--threads" ||
                flag == "--first-stage-layers" ||
                flag == "--last-stage-layers") {
       char *end = nullptr;
@@ -338,6 +361,8 @@ int main(int argc, char **argv) {
                      " integer, not '" + v + "'");
       if (flag == "--rank")
         onlyRank = n;
+      else if (flag == "--threads")
+        threads = n;
       else {
         parallelGiven = true;
         (flag == "--tp"    ? target.tp
@@ -558,6 +583,8 @@ int main(int argc, char **argv) {
   }
 
   Converter converter(*from, source, *to, target);
+  if (threads)
+    converter.setThreads(unsigned(threads));
   std::set<int64_t> needed;
   if (!adapters)
     for (int64_t r : todo)
@@ -585,7 +612,10 @@ int main(int argc, char **argv) {
   }
   if (!makeDir(outDir, cleanup, error))
     return fail(error);
-  bool tty = !quiet && isatty(2);
+  ProgressReporter reporter(
+      quiet ? ProgressMode::None : *parseProgressMode(progressName, isatty(2)),
+      stderr, progressInterval);
+  ConvertProgress last;
   std::vector<std::string> files;
   for (int64_t r : todo) {
     std::string dir = toName == "hf" ? outDir : outDir + "/" + to->rankDir(target, r);
@@ -595,11 +625,8 @@ int main(int argc, char **argv) {
                                     : "/model.safetensors"));
   }
   auto progress = [&](const ConvertProgress &p) {
-    if (tty)
-      std::fprintf(stderr, "\r%lld/%lld ranks, %lld/%lld tensors, %.2f/%.2f GB ",
-                   (long long)p.ranksDone, (long long)p.ranksTotal,
-                   (long long)p.tensorsDone, (long long)p.tensorsTotal,
-                   p.bytesDone / 1e9, p.bytesTotal / 1e9);
+    last = p;
+    reporter.update(p);
   };
   // The ranks are written in parallel; a file is removed again on failure
   // once it is complete (the converter removes incomplete ones).
@@ -625,10 +652,10 @@ int main(int argc, char **argv) {
     bool written = converter.writeRanks(
         todo, files, error, progress,
         [&](size_t i) { cleanup.files.push_back(files[i]); });
-    if (tty)
-      std::fputc('\n', stderr);
-    if (!written)
+    if (!written) {
+      reporter.finish(last, error);
       return fail(error);
+    }
   }
 
   // config.json and plan.json describe what was written.
@@ -679,5 +706,7 @@ int main(int argc, char **argv) {
       cleanup.files.push_back(path);
   }
   cleanup.armed = false;
+  if (!adapters)
+    reporter.finish(last);
   return 0;
 }

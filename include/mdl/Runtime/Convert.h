@@ -17,6 +17,7 @@
 #define MDL_RUNTIME_CONVERT_H
 
 #include "mdl/Runtime/Generated.h"
+#include "mdl/Runtime/Progress.h"
 #include "mdl/Runtime/Safetensors.h"
 
 #include <cstdint>
@@ -45,12 +46,6 @@ int64_t copyIntersection(const Piece &src, const uint8_t *srcData,
 void storeValue(double v, DType t, uint8_t *out);
 double loadValue(DType t, const uint8_t *in);
 
-struct ConvertProgress {
-  int64_t ranksDone = 0, ranksTotal = 0;
-  int64_t tensorsDone = 0, tensorsTotal = 0;
-  uint64_t bytesDone = 0, bytesTotal = 0;
-};
-
 class Converter {
 public:
   /// Converts from `from` (with its parallel configuration) to `to`.
@@ -62,8 +57,8 @@ public:
   /// nothing else may be.
   bool addSource(int64_t rank, std::shared_ptr<Checkpoint> checkpoint,
                  std::string &error);
-  /// The number of worker threads writeRank() uses (by default the
-  /// hardware's, at most 8).
+  /// The number of worker threads writeRank() uses (by default the CPUs
+  /// this process may use: usableCpus()).
   void setThreads(unsigned n);
   /// The source ranks whose tensors target rank `rank` reads.
   std::vector<int64_t> sourcesOf(int64_t rank) const;

@@ -3,7 +3,9 @@
 // Plain C++17. Reads config.json and safetensors headers; remembers where
 // each value was (byte offset) so that errors can point into the file, and
 // keeps object keys in file order. Integers stay exact (int64); a number
-// with a fraction or exponent is a double.
+// with a fraction or exponent is a double. Member lookup takes constant
+// time (objects of more than a few members keep a hash index), so parsing
+// is linear in the size of the text.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -69,6 +72,24 @@ private:
   std::string s;
   std::vector<Value> arr;
   std::vector<std::pair<std::string, Value>> obj;
+  /// Positions of the members of an object of more than kIndexFrom of
+  /// them, by key; copied with the value.
+  class KeyIndex {
+  public:
+    using Map = std::unordered_map<std::string, size_t>;
+    KeyIndex() = default;
+    KeyIndex(const KeyIndex &o) { *this = o; }
+    KeyIndex(KeyIndex &&) = default;
+    KeyIndex &operator=(const KeyIndex &o) {
+      map = o.map ? std::make_unique<Map>(*o.map) : nullptr;
+      return *this;
+    }
+    KeyIndex &operator=(KeyIndex &&) = default;
+    std::unique_ptr<Map> map;
+  };
+  static constexpr size_t kIndexFrom = 16;
+  KeyIndex index;
+  void reindex();
 };
 
 struct ParseError {
