@@ -2,6 +2,8 @@
 
 #include "mdl/Evaluate/Bind.h"
 
+#include <map>
+
 #include "mlir/IR/Diagnostics.h"
 #include <algorithm>
 #include "llvm/ADT/SmallPtrSet.h"
@@ -126,8 +128,10 @@ public:
 
 private:
   int source(Operation *op) {
-    out.sources.push_back(op);
-    return int(out.sources.size() - 1);
+    auto [it, fresh] = sourceIndex.try_emplace(op, int(out.sources.size()));
+    if (fresh)
+      out.sources.push_back(op);
+    return it->second;
   }
   LogicalResult bindParams();
   LogicalResult bindBackend();
@@ -165,6 +169,11 @@ private:
   llvm::StringMap<ShardOp> overrides;
   llvm::DenseSet<Operation *> reportedNoLayout;
   llvm::DenseMap<InstanceNode *, int> units;
+  /// The mounts that place the node being bound, outermost first, and a
+  /// number for each node they place.
+  std::vector<std::pair<int, int>> mountChain;
+  int mountedNodes = 0;
+  llvm::DenseMap<Operation *, int> sourceIndex;
 };
 
 rt::Placement placementOf(StringRef stage) {
@@ -497,6 +506,7 @@ LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
                                  InstanceNode *element) {
   rt::TensorSpec t;
   t.source = source(op);
+  t.mounts = mountChain;
   t.unit = unitOf(element ? element : &node);
   std::vector<EvalValue> args;
   if (element)
@@ -639,9 +649,12 @@ LogicalResult Binder::bindNode(InstanceNode &node,
 
   // Where each child is named: the first mount entry whose condition holds,
   // else the child's own layout's mount, else the member's name.
-  auto mountOf = [&](StringRef member, InstanceNode &child,
-                     const EvalValue *index,
-                     bool staged) -> FailureOr<std::vector<rt::NameSegment>> {
+  // `mount` is set to the entry that decides: the mount entry, the child's
+  // layout, or the member.
+  auto mountOf = [&](Operation *memberOp, StringRef member, InstanceNode &child,
+                     const EvalValue *index, bool staged,
+                     Operation *&mount) -> FailureOr<std::vector<rt::NameSegment>> {
+    mount = memberOp;
     if (layout)
       for (auto m : layout.getBodyBlock().getOps<MountOp>()) {
         if (m.getMember() != member)
@@ -652,6 +665,7 @@ LogicalResult Binder::bindNode(InstanceNode &node,
           return failure();
         if (!w->i)
           continue;
+        mount = m;
         return renderTemplate(node, m, m.getPath(), m.getPathArgs(), index,
                               staged);
       }
@@ -671,6 +685,8 @@ LogicalResult Binder::bindNode(InstanceNode &node,
       return name;
     }
     LayoutOp childLayout = backend.layoutFor(child.module);
+    if (childLayout && childLayout.getMount())
+      mount = childLayout;
     seg.text = childLayout && childLayout.getMount()
                    ? childLayout.getMount()->str()
                    : member.str();
@@ -683,10 +699,15 @@ LogicalResult Binder::bindNode(InstanceNode &node,
       auto it = node.instances.find(in.getSymName().str());
       if (it == node.instances.end())
         continue;
+      Operation *mount = nullptr;
       FailureOr<std::vector<rt::NameSegment>> m =
-          mountOf(in.getSymName(), *it->second, nullptr, false);
-      if (failed(m) || failed(bindNode(*it->second, join(prefix, *m))))
+          mountOf(in, in.getSymName(), *it->second, nullptr, false, mount);
+      if (failed(m))
         ok = false;
+      mountChain.push_back({source(mount), mountedNodes++});
+      if (succeeded(m) && failed(bindNode(*it->second, join(prefix, *m))))
+        ok = false;
+      mountChain.pop_back();
     } else if (auto st = dyn_cast<StackOp>(op)) {
       auto it = node.stacks.find(st.getSymName().str());
       if (it == node.stacks.end())
@@ -697,9 +718,17 @@ LogicalResult Binder::bindNode(InstanceNode &node,
                         rt::Placement::Layer;
       for (auto &child : it->second) {
         EvalValue index = EvalValue::integer(child->stackIndex);
+        Operation *mount = nullptr;
         FailureOr<std::vector<rt::NameSegment>> m =
-            mountOf(st.getSymName(), *child, &index, staged);
-        if (failed(m) || failed(bindNode(*child, join(prefix, *m)))) {
+            mountOf(st, st.getSymName(), *child, &index, staged, mount);
+        if (failed(m)) {
+          ok = false;
+          break;
+        }
+        mountChain.push_back({source(mount), mountedNodes++});
+        bool bound = succeeded(bindNode(*child, join(prefix, *m)));
+        mountChain.pop_back();
+        if (!bound) {
           ok = false;
           break;
         }
@@ -807,10 +836,29 @@ LogicalResult Binder::bindBlockScales() {
   size_t numParams = out.layout.params.size();
   rt::BlockScaleResult r = rt::addBlockScales(
       out.layout, inst.dtype().value_or(mdl::DType::BF16));
+  // One error per layout entry and reason, with the first tensor and how
+  // many more: a transposed entry of a layer would otherwise be reported
+  // once per layer.
+  std::map<std::pair<int, std::string>, std::pair<int, int>> grouped;
+  std::vector<std::pair<int, std::string>> order;
   for (auto &[tensor, why] : r.errors) {
     const rt::TensorSpec &t = out.layout.tensors[size_t(tensor)];
-    out.sources[size_t(t.source)]->emitError()
-        << "tensor '" << rt::renderName(t, 0) << "' " << why;
+    auto key = std::make_pair(t.source, why);
+    auto [it, fresh] = grouped.try_emplace(key, tensor, 0);
+    if (fresh)
+      order.push_back(key);
+    else
+      ++it->second.second;
+  }
+  for (const auto &key : order) {
+    auto [tensor, more] = grouped[key];
+    const rt::TensorSpec &t = out.layout.tensors[size_t(tensor)];
+    auto diag = out.sources[size_t(t.source)]->emitError()
+                << "tensor '" << rt::renderName(t, 0) << "' " << key.second;
+    if (more)
+      diag << " (and " << more << " more tensor" << (more > 1 ? "s" : "")
+           << " of this entry)";
+    diag << " [block-scale]";
   }
   if (!r.errors.empty())
     return failure();

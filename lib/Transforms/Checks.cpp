@@ -103,7 +103,8 @@ struct CheckPassImpl : public Base {
         : CheckPassImpl({__VA_ARGS__}, o) {}                                 \
   };
 
-MDL_CHECK_PASS(CheckCoverage, "coverage", "placement", "duplicate-name")
+MDL_CHECK_PASS(CheckCoverage, "coverage", "placement", "duplicate-name",
+               "unplaced")
 MDL_CHECK_PASS(CheckShapes, "shape", "fused-parts")
 MDL_CHECK_PASS(CheckReinterpret, "reinterpret")
 MDL_CHECK_PASS(CheckFusedSplit, "fused-split")

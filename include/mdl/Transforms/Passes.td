@@ -75,8 +75,9 @@ def CheckCoverage : CheckPass<"mdl-check-coverage",
     Checks, for every backend and parallel configuration of the grid, that
     each parameter is held by the tensors of each rank that should hold it
     exactly once and whole (`coverage`), only on the pipeline stage that
-    places it (`placement`), and that no two tensors of a rank share a name
-    (`duplicate-name`).
+    places it (`placement`), that no two tensors of a rank share a name
+    (`duplicate-name`), and that every member of a model with a pipeline
+    is placed on a stage (`unplaced`).
   }];
 }
 
