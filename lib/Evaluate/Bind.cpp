@@ -836,25 +836,25 @@ LogicalResult Binder::bindBlockScales() {
   size_t numParams = out.layout.params.size();
   rt::BlockScaleResult r = rt::addBlockScales(
       out.layout, inst.dtype().value_or(mdl::DType::BF16));
-  // One error per layout entry and reason, with the first tensor and how
-  // many more: a transposed entry of a layer would otherwise be reported
-  // once per layer.
-  std::map<std::pair<int, std::string>, std::pair<int, int>> grouped;
-  std::vector<std::pair<int, std::string>> order;
-  for (auto &[tensor, why] : r.errors) {
-    const rt::TensorSpec &t = out.layout.tensors[size_t(tensor)];
-    auto key = std::make_pair(t.source, why);
-    auto [it, fresh] = grouped.try_emplace(key, tensor, 0);
+  // One error per layout entry, with its first tensor and how many more:
+  // a transposed entry of a layer would otherwise be reported once per
+  // layer.
+  std::map<int, std::pair<size_t, int>> grouped; // first error, more
+  std::vector<int> order;
+  for (size_t e = 0; e < r.errors.size(); ++e) {
+    int source = out.layout.tensors[size_t(r.errors[e].first)].source;
+    auto [it, fresh] = grouped.try_emplace(source, e, 0);
     if (fresh)
-      order.push_back(key);
+      order.push_back(source);
     else
       ++it->second.second;
   }
-  for (const auto &key : order) {
-    auto [tensor, more] = grouped[key];
-    const rt::TensorSpec &t = out.layout.tensors[size_t(tensor)];
-    auto diag = out.sources[size_t(t.source)]->emitError()
-                << "tensor '" << rt::renderName(t, 0) << "' " << key.second;
+  for (int source : order) {
+    auto [first, more] = grouped[source];
+    const rt::TensorSpec &t = out.layout.tensors[size_t(r.errors[first].first)];
+    auto diag = out.sources[size_t(source)]->emitError()
+                << "tensor '" << rt::renderName(t, 0) << "' "
+                << r.errors[first].second;
     if (more)
       diag << " (and " << more << " more tensor" << (more > 1 ? "s" : "")
            << " of this entry)";
@@ -878,6 +878,15 @@ mdl::bindModel(Instantiation &inst, const Backend &backend,
   out->choices = std::make_shared<llvm::StringMap<std::string>>();
   for (auto &[name, options] : backend.choices()) {
     auto it = choices.find(name);
+    if (it != choices.end() && !llvm::is_contained(options, it->second)) {
+      auto diag = emitError(backend.chain.front().getLoc())
+                  << "backend " << backend.name() << " has no option '"
+                  << it->second << "' for choice '" << name << "' (options:";
+      for (const std::string &o : options)
+        diag << " " << o;
+      diag << ")";
+      return nullptr;
+    }
     (*out->choices)[name] = it != choices.end() ? it->second : options.front();
   }
   if (failed(Binder(inst, backend, *out).run()))

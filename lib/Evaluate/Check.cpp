@@ -249,10 +249,11 @@ choiceCombinations(const Backend &backend,
   for (const auto &[name, options] : backend.choices()) {
     std::vector<std::map<std::string, std::string>> next;
     auto it = fixed.find(name);
+    // A fixed value that is no option stays, for the binding to refuse.
+    std::vector<std::string> values =
+        it == fixed.end() ? options : std::vector<std::string>{it->second};
     for (const auto &combo : combos)
-      for (const std::string &o : options) {
-        if (it != fixed.end() && it->second != o)
-          continue;
+      for (const std::string &o : values) {
         next.push_back(combo);
         next.back()[name] = o;
       }

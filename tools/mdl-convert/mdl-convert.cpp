@@ -15,6 +15,7 @@
 #include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Json.h"
+#include "mdl/Runtime/Lora.h"
 
 #include <cstdio>
 #include <cstring>
@@ -488,6 +489,9 @@ int main(int argc, char **argv) {
     }
     sourceChoices = combos.empty() ? choicesGiven : combos[best];
   }
+  // Adapters are for the modules a backend builds with LoRA enabled.
+  if (adapters)
+    selectLoraModules(fromDecl->choices, sourceChoices);
   std::unique_ptr<Binding> from =
       Binding::bind(instance, *fromDecl, sourceChoices, error);
   // The storage variants travel with the checkpoint: a backend written
@@ -495,6 +499,8 @@ int main(int argc, char **argv) {
   std::map<std::string, std::string> targetChoices = sourceChoices;
   for (const auto &[k, v] : choicesGiven)
     targetChoices[k] = v;
+  if (adapters)
+    selectLoraModules(toDecl->choices, targetChoices);
   std::unique_ptr<Binding> to =
       from ? Binding::bind(instance, *toDecl, targetChoices, error) : nullptr;
   if (!from || !to)
