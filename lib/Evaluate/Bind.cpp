@@ -879,7 +879,7 @@ mdl::bindModel(Instantiation &inst, const Backend &backend,
   for (auto &[name, options] : backend.choices()) {
     auto it = choices.find(name);
     if (it != choices.end() && !llvm::is_contained(options, it->second)) {
-      auto diag = emitError(backend.chain.front().getLoc())
+      auto diag = emitError(const_cast<BackendOp &>(backend.chain.front()).getLoc())
                   << "backend " << backend.name() << " has no option '"
                   << it->second << "' for choice '" << name << "' (options:";
       for (const std::string &o : options)

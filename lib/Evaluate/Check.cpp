@@ -39,6 +39,9 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
       {"parallel", "mdl-check-parallel",
        "a requested parallel configuration is valid: heads, kv heads, "
        "experts, ffn sizes, vocab, GDN key heads, layers per stage"},
+      {"deploy", "mdl-check-parallel",
+       "the parallel configurations the spec says real deployments use "
+       "(`deploy vllm tp=1,2,4,8;`) are valid"},
       {"stack-depth", "mdl-check-stack-depth",
        "no more stack elements (MTP layers) than the checkpoint's config has"},
       {"tied-head", "mdl-check-tied-vocab",
@@ -63,6 +66,16 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
        "a real checkpoint's dtypes are the spec's"},
       {"checkpoint-config", "mdl-check-checkpoint",
        "config and checkpoint agree: MTP layers the config promises exist"},
+      {"checkpoint-read", "mdl-check-checkpoint",
+       "the checkpoint given can be read"},
+      {"config", "", "the HF config can be read and has the types expected"},
+      {"instantiate", "",
+       "the model can be evaluated against the config (requires, keys, "
+       "sizes)"},
+      {"bind", "", "the model can be laid out for each backend"},
+      {"block-scale", "",
+       "FP8 block-scaled weights are stored so that their scales follow "
+       "them"},
   };
   return checks;
 }
@@ -370,6 +383,11 @@ void CheckSession::checkModel(
                    configPath, points, /*summarize=*/ci == 0);
   }
 
+  // The parallel configurations the spec says real deployments use must
+  // be valid.
+  for (auto d : model.getBodyBlock().getOps<DeployOp>())
+    checkDeploy(model, d, *inst, choices, configPath);
+
   // A name that ignores a stack's index shows only with two elements:
   // stacks of one (an MTP block of depth 1) are named again at two.
   std::unique_ptr<Instantiation> two;
@@ -562,6 +580,45 @@ void CheckSession::checkBinding(
   }
   if (summarize)
     sums.push_back(std::move(sum));
+  bound.push_back(std::move(bm));
+}
+
+void CheckSession::checkDeploy(ModuleDeclOp model, DeployOp deploy,
+                               Instantiation &inst,
+                               const std::map<std::string, std::string> &choices,
+                               const std::string &configPath) {
+  std::string b = deploy.getBackend().str();
+  if (!opts.backends.empty() && !llvm::is_contained(opts.backends, b))
+    return;
+  std::unique_ptr<BoundModel> bm;
+  {
+    TagErrors tag(*model.getContext(), "bind");
+    std::unique_ptr<Backend> backend = Backend::lookup(deploy, b);
+    if (!backend) {
+      ok = false;
+      return;
+    }
+    bm = bindModel(inst, *backend, choiceCombinations(*backend, choices).front());
+  }
+  if (!bm) {
+    ok = false;
+    return;
+  }
+  std::map<std::string, std::vector<int64_t>> grid;
+  for (NamedAttribute a : deploy.getAxes()) {
+    ArrayRef<int64_t> values = cast<DenseI64ArrayAttr>(a.getValue()).asArrayRef();
+    grid[a.getName().str()].assign(values.begin(), values.end());
+  }
+  std::string modelName = model.getSymName().str();
+  for (const ParallelConfig &point : rt::expandGrid(grid)) {
+    rt::Planner planner(bm->layout, point);
+    for (const std::string &why : planner.invalidReasons())
+      add({"deploy",
+           point.str() + ", which deployments of " + modelName + " on " + b +
+               " use, is not a valid configuration of the spec: " + why,
+           deploy, modelName, b, configPath, "", 0},
+          point.str());
+  }
   bound.push_back(std::move(bm));
 }
 

@@ -101,6 +101,10 @@ private:
                     const std::map<std::string, std::string> &combo,
                     const std::string &label, const std::string &configPath,
                     const std::vector<ParallelConfig> &points, bool summarize);
+  /// Reports each configuration of a `deploy` the spec makes invalid.
+  void checkDeploy(ModuleDeclOp model, DeployOp deploy, Instantiation &inst,
+                   const std::map<std::string, std::string> &choices,
+                   const std::string &configPath);
   void add(Finding f, const std::string &config);
   void checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
                        const std::string &configPath);

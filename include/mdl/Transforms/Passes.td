@@ -113,7 +113,8 @@ def CheckParallel : CheckPass<"mdl-check-parallel",
   let description = [{
     With a grid of one configuration, reports each reason it is invalid
     (`parallel`): a dimension a mesh axis cannot split, layers that do not
-    fit the stages, a backend's own requirements.
+    fit the stages, a backend's own requirements. Every configuration a
+    model's `deploy` statements name must be valid (`deploy`).
   }];
 }
 
