@@ -54,7 +54,9 @@ Options:
                       --set mtp_num_hidden_layers=0); never more stack
                       elements (MTP layers) than the checkpoint's config has
   --choice NAME=VALUE a storage variant (e.g. expert_storage=packed); by
-                      default detected from an HF source
+                      default detected from an HF source; or a serving
+                      option (vLLM's lora=off|on, the modules it builds
+                      with LoRA enabled; --adapters selects lora=on)
   --adapters          convert LoRA adapters instead of weights: IN_DIR
                       holds HF-PEFT's adapter_model.safetensors (for hf)
                       or what mdl-convert --adapters wrote; OUT_DIR gets
