@@ -43,6 +43,7 @@ member
   | pipelineDecl
   | needsDecl
   | dtypeDecl
+  | deployDecl
   ;
 
 configBlock : 'config' ('from' STRING (',' STRING)*)? '{' (configEntry | requireDecl)* '}' ;
@@ -100,6 +101,10 @@ matchPattern
   ;
 moduleCall : name '(' (argument (',' argument)*)? ')' ;
 argument : (name '=')? expr ;
+
+// deploy vllm tp=1,2,4,8;  (parallel configurations real deployments use)
+deployDecl : 'deploy' name deployAxis* ';' ;
+deployAxis : name '=' INT (',' INT)* ;
 
 // pipeline { first embed; stages layers; last norm, head, mtp; }
 pipelineDecl : 'pipeline' '{' pipelineEntry* '}' ;
@@ -224,7 +229,7 @@ name
   | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'scale' | 'pipeline' | 'extends'
-  | 'from' | 'dtype' | 'choice'
+  | 'from' | 'dtype' | 'choice' | 'deploy'
   ;
 
 INT     : [0-9]+ ;

@@ -280,6 +280,16 @@ void Dumper::member(const Member *m) {
     }
     break;
   }
+  case Member::Deploy: {
+    auto *x = cast<DeployMember>(m);
+    os << "Deploy " << x->backend.name;
+    for (auto &a : x->axes) {
+      os << " " << a.name.name << "=";
+      for (size_t i = 0; i < a.values.size(); ++i)
+        os << (i ? "," : "") << a.values[i];
+    }
+    break;
+  }
   case Member::Example: {
     os << "Example";
     for (auto &p : cast<ExampleMember>(m)->paths)

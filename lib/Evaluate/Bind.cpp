@@ -3,6 +3,8 @@
 #include "mdl/Evaluate/Bind.h"
 #include "mdl/Runtime/Cli.h"
 
+#include <map>
+
 #include "mlir/IR/Diagnostics.h"
 #include <algorithm>
 #include "llvm/ADT/SmallPtrSet.h"
@@ -121,8 +123,10 @@ public:
 
 private:
   int source(Operation *op) {
-    out.sources.push_back(op);
-    return int(out.sources.size() - 1);
+    auto [it, fresh] = sourceIndex.try_emplace(op, int(out.sources.size()));
+    if (fresh)
+      out.sources.push_back(op);
+    return it->second;
   }
   LogicalResult bindParams();
   LogicalResult bindBackend();
@@ -160,6 +164,11 @@ private:
   llvm::StringMap<ShardOp> overrides;
   llvm::DenseSet<Operation *> reportedNoLayout;
   llvm::DenseMap<InstanceNode *, int> units;
+  /// The mounts that place the node being bound, outermost first, and a
+  /// number for each node they place.
+  std::vector<std::pair<int, int>> mountChain;
+  int mountedNodes = 0;
+  llvm::DenseMap<Operation *, int> sourceIndex;
 };
 
 rt::Placement placementOf(StringRef stage) {
@@ -492,6 +501,7 @@ LogicalResult Binder::bindTensor(InstanceNode &node, TensorOp op,
                                  InstanceNode *element) {
   rt::TensorSpec t;
   t.source = source(op);
+  t.mounts = mountChain;
   t.unit = unitOf(element ? element : &node);
   std::vector<EvalValue> args;
   if (element)
@@ -634,9 +644,12 @@ LogicalResult Binder::bindNode(InstanceNode &node,
 
   // Where each child is named: the first mount entry whose condition holds,
   // else the child's own layout's mount, else the member's name.
-  auto mountOf = [&](StringRef member, InstanceNode &child,
-                     const EvalValue *index,
-                     bool staged) -> FailureOr<std::vector<rt::NameSegment>> {
+  // `mount` is set to the entry that decides: the mount entry, the child's
+  // layout, or the member.
+  auto mountOf = [&](Operation *memberOp, StringRef member, InstanceNode &child,
+                     const EvalValue *index, bool staged,
+                     Operation *&mount) -> FailureOr<std::vector<rt::NameSegment>> {
+    mount = memberOp;
     if (layout)
       for (auto m : layout.getBodyBlock().getOps<MountOp>()) {
         if (m.getMember() != member)
@@ -647,6 +660,7 @@ LogicalResult Binder::bindNode(InstanceNode &node,
           return failure();
         if (!w->i)
           continue;
+        mount = m;
         return renderTemplate(node, m, m.getPath(), m.getPathArgs(), index,
                               staged);
       }
@@ -666,6 +680,8 @@ LogicalResult Binder::bindNode(InstanceNode &node,
       return name;
     }
     LayoutOp childLayout = backend.layoutFor(child.module);
+    if (childLayout && childLayout.getMount())
+      mount = childLayout;
     seg.text = childLayout && childLayout.getMount()
                    ? childLayout.getMount()->str()
                    : member.str();
@@ -678,10 +694,15 @@ LogicalResult Binder::bindNode(InstanceNode &node,
       auto it = node.instances.find(in.getSymName().str());
       if (it == node.instances.end())
         continue;
+      Operation *mount = nullptr;
       FailureOr<std::vector<rt::NameSegment>> m =
-          mountOf(in.getSymName(), *it->second, nullptr, false);
-      if (failed(m) || failed(bindNode(*it->second, join(prefix, *m))))
+          mountOf(in, in.getSymName(), *it->second, nullptr, false, mount);
+      if (failed(m))
         ok = false;
+      mountChain.push_back({source(mount), mountedNodes++});
+      if (succeeded(m) && failed(bindNode(*it->second, join(prefix, *m))))
+        ok = false;
+      mountChain.pop_back();
     } else if (auto st = dyn_cast<StackOp>(op)) {
       auto it = node.stacks.find(st.getSymName().str());
       if (it == node.stacks.end())
@@ -692,9 +713,17 @@ LogicalResult Binder::bindNode(InstanceNode &node,
                         rt::Placement::Layer;
       for (auto &child : it->second) {
         EvalValue index = EvalValue::integer(child->stackIndex);
+        Operation *mount = nullptr;
         FailureOr<std::vector<rt::NameSegment>> m =
-            mountOf(st.getSymName(), *child, &index, staged);
-        if (failed(m) || failed(bindNode(*child, join(prefix, *m)))) {
+            mountOf(st, st.getSymName(), *child, &index, staged, mount);
+        if (failed(m)) {
+          ok = false;
+          break;
+        }
+        mountChain.push_back({source(mount), mountedNodes++});
+        bool bound = succeeded(bindNode(*child, join(prefix, *m)));
+        mountChain.pop_back();
+        if (!bound) {
           ok = false;
           break;
         }
@@ -802,10 +831,29 @@ LogicalResult Binder::bindBlockScales() {
   size_t numParams = out.layout.params.size();
   rt::BlockScaleResult r = rt::addBlockScales(
       out.layout, inst.dtype().value_or(mdl::DType::BF16));
-  for (auto &[tensor, why] : r.errors) {
-    const rt::TensorSpec &t = out.layout.tensors[size_t(tensor)];
-    out.sources[size_t(t.source)]->emitError()
-        << "tensor '" << rt::renderName(t, 0) << "' " << why;
+  // One error per layout entry, with its first tensor and how many more:
+  // a transposed entry of a layer would otherwise be reported once per
+  // layer.
+  std::map<int, std::pair<size_t, int>> grouped; // first error, more
+  std::vector<int> order;
+  for (size_t e = 0; e < r.errors.size(); ++e) {
+    int source = out.layout.tensors[size_t(r.errors[e].first)].source;
+    auto [it, fresh] = grouped.try_emplace(source, e, 0);
+    if (fresh)
+      order.push_back(source);
+    else
+      ++it->second.second;
+  }
+  for (int source : order) {
+    auto [first, more] = grouped[source];
+    const rt::TensorSpec &t = out.layout.tensors[size_t(r.errors[first].first)];
+    auto diag = out.sources[size_t(source)]->emitError()
+                << "tensor '" << rt::renderName(t, 0) << "' "
+                << r.errors[first].second;
+    if (more)
+      diag << " (and " << more << " more tensor" << (more > 1 ? "s" : "")
+           << " of this entry)";
+    diag << " [block-scale]";
   }
   if (!r.errors.empty())
     return failure();
@@ -825,6 +873,15 @@ mdl::bindModel(Instantiation &inst, const Backend &backend,
   out->choices = std::make_shared<llvm::StringMap<std::string>>();
   for (auto &[name, options] : backend.choices()) {
     auto it = choices.find(name);
+    if (it != choices.end() && !llvm::is_contained(options, it->second)) {
+      auto diag = emitError(const_cast<BackendOp &>(backend.chain.front()).getLoc())
+                  << "backend " << backend.name() << " has no option '"
+                  << it->second << "' for choice '" << name << "' (options:";
+      for (const std::string &o : options)
+        diag << " " << o;
+      diag << ")";
+      return nullptr;
+    }
     (*out->choices)[name] = it != choices.end() ? it->second : options.front();
   }
   if (failed(Binder(inst, backend, *out).run()))

@@ -22,7 +22,10 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
        "MTP layers mapped only for layer 0, layers on the wrong stage"},
       {"duplicate-name", "mdl-check-coverage",
        "no two tensors of a rank share a name, one overwriting the other: "
-       "MTP layers mapped only for layer 0"},
+       "MTP layers mapped only for layer 0 (stacks of one element checked "
+       "at two too)"},
+      {"unplaced", "mdl-check-coverage",
+       "every member of a model with a pipeline is placed on a stage"},
       {"shape", "mdl-check-shapes",
        "views hold as many elements as their axes; fused parts share a "
        "dtype; checkpoints match the spec's shapes"},
@@ -36,6 +39,9 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
       {"parallel", "mdl-check-parallel",
        "a requested parallel configuration is valid: heads, kv heads, "
        "experts, ffn sizes, vocab, GDN key heads, layers per stage"},
+      {"deploy", "mdl-check-parallel",
+       "the parallel configurations the spec says real deployments use "
+       "(`deploy vllm tp=1,2,4,8;`) are valid"},
       {"stack-depth", "mdl-check-stack-depth",
        "no more stack elements (MTP layers) than the checkpoint's config has"},
       {"tied-head", "mdl-check-tied-vocab",
@@ -60,6 +66,16 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
        "a real checkpoint's dtypes are the spec's"},
       {"checkpoint-config", "mdl-check-checkpoint",
        "config and checkpoint agree: MTP layers the config promises exist"},
+      {"checkpoint-read", "mdl-check-checkpoint",
+       "the checkpoint given can be read"},
+      {"config", "", "the HF config can be read and has the types expected"},
+      {"instantiate", "",
+       "the model can be evaluated against the config (requires, keys, "
+       "sizes)"},
+      {"bind", "", "the model can be laid out for each backend"},
+      {"block-scale", "",
+       "FP8 block-scaled weights are stored so that their scales follow "
+       "them"},
   };
   return checks;
 }
@@ -182,11 +198,106 @@ void compareDepths(InstanceNode &over, InstanceNode &orig,
 
 } // namespace
 
+namespace {
+/// While it lives, gives the errors reported without a check ID the ID of
+/// the phase that reports them (reading the config, instantiating,
+/// binding): every error of `mdlc check` has an ID.
+class TagErrors {
+public:
+  TagErrors(MLIRContext &ctx, const char *id)
+      : handler(&ctx, [id](Diagnostic &d) {
+          if (d.getSeverity() == DiagnosticSeverity::Error && !hasId(d.str()))
+            d << " [" << id << "]";
+          return failure(); // printed by the next handler
+        }) {}
+
+  /// Whether `message` ends in a check ID: ` [lower-case-words]`.
+  static bool hasId(StringRef message) {
+    if (!message.consume_back("]"))
+      return false;
+    size_t open = message.rfind(" [");
+    if (open == StringRef::npos || open + 2 == message.size())
+      return false;
+    return llvm::all_of(message.drop_front(open + 2), [](char c) {
+      return (c >= 'a' && c <= 'z') || c == '-';
+    });
+  }
+
+private:
+  ScopedDiagnosticHandler handler;
+};
+} // namespace
+
+/// `point` with the axes a backend's mesh lacks at 1.
+static ParallelConfig onMesh(ParallelConfig point,
+                             const std::vector<MeshAxis> &mesh) {
+  for (size_t i = 0; i < kMeshAxisNames.size(); ++i) {
+    auto axis = static_cast<MeshAxis>(i);
+    if (llvm::is_contained(mesh, axis))
+      continue;
+    if (axis == MeshAxis::TP) point.tp = 1;
+    if (axis == MeshAxis::PP) point.pp = 1, point.vpp = 1;
+    if (axis == MeshAxis::EP) point.ep = 1;
+    if (axis == MeshAxis::ETP) point.etp = 1;
+    if (axis == MeshAxis::CP) point.cp = 1;
+    if (axis == MeshAxis::DP) point.dp = 1;
+  }
+  return point;
+}
+
+/// Names depend on the pipeline layout only: pp, vpp and uneven stages.
+static std::string pipelineKey(const ParallelConfig &point) {
+  return std::to_string(point.pp) + "/" + std::to_string(point.vpp) + "/" +
+         std::to_string(point.firstStageLayers.value_or(-1)) + "/" +
+         std::to_string(point.lastStageLayers.value_or(-1));
+}
+
+/// Every combination of the options of `backend`'s choices, those in
+/// `fixed` as given there; the first is the defaults' (each choice's first
+/// option).
+static std::vector<std::map<std::string, std::string>>
+choiceCombinations(const Backend &backend,
+                   const std::map<std::string, std::string> &fixed) {
+  std::vector<std::map<std::string, std::string>> combos = {{}};
+  for (const auto &[name, options] : backend.choices()) {
+    std::vector<std::map<std::string, std::string>> next;
+    auto it = fixed.find(name);
+    // A fixed value that is no option stays, for the binding to refuse.
+    std::vector<std::string> values =
+        it == fixed.end() ? options : std::vector<std::string>{it->second};
+    for (const auto &combo : combos)
+      for (const std::string &o : values) {
+        next.push_back(combo);
+        next.back()[name] = o;
+      }
+    combos = std::move(next);
+  }
+  return combos;
+}
+
+/// The choices of `combo` that are not their defaults nor fixed by the
+/// options, as `name=value` words: where a finding occurs.
+static std::string choiceLabel(const Backend &backend,
+                               const std::map<std::string, std::string> &combo,
+                               const std::map<std::string, std::string> &fixed) {
+  std::string out;
+  for (const auto &[name, options] : backend.choices()) {
+    auto it = combo.find(name);
+    if (it != combo.end() && !fixed.count(name) && it->second != options.front())
+      out += (out.empty() ? "" : " ") + name + "=" + it->second;
+  }
+  return out;
+}
+
 void CheckSession::checkModel(
     ModuleDeclOp model, const std::string &configPath,
     const std::map<std::string, std::vector<int64_t>> &grid) {
   MLIRContext &ctx = *model.getContext();
-  std::unique_ptr<HFConfig> config = HFConfig::load(configPath, ctx);
+  std::unique_ptr<HFConfig> config;
+  {
+    TagErrors tag(ctx, "config");
+    config = HFConfig::load(configPath, ctx);
+  }
   if (!config) {
     ok = false;
     return;
@@ -195,7 +306,11 @@ void CheckSession::checkModel(
     size_t eq = s.find('=');
     config->addOverride(s.substr(0, eq), s.substr(eq + 1));
   }
-  std::unique_ptr<Instantiation> inst = Instantiation::create(model, *config);
+  std::unique_ptr<Instantiation> inst;
+  {
+    TagErrors tag(ctx, "instantiate");
+    inst = Instantiation::create(model, *config);
+  }
   if (!inst) {
     ok = false;
     return;
@@ -249,137 +364,263 @@ void CheckSession::checkModel(
     sums.push_back(sum);
   }
   for (const std::string &spelled : backends) {
-    std::unique_ptr<Backend> backend = Backend::lookup(model, spelled);
+    std::unique_ptr<Backend> backend;
+    {
+      TagErrors tag(ctx, "bind");
+      backend = Backend::lookup(model, spelled);
+    }
     if (!backend) {
       ok = false;
       continue;
     }
-    // As the spec names it, however the command line spelled it.
-    const std::string b = backend->name().str();
-    std::unique_ptr<BoundModel> bm = bindModel(*inst, *backend, choices);
-    if (!bm) {
-      ok = false;
-      continue;
-    }
-    const rt::ModelLayout &layout = bm->layout;
-    auto at = [&](int source) -> Operation * {
-      return source >= 0 ? bm->sources[size_t(source)] : model.getOperation();
-    };
-    auto finding = [&](std::string check, std::string message, int source,
-                       const std::string &cfg, int related = -1) {
-      Finding f{std::move(check), std::move(message), at(source), modelName,
-                b, configPath, "", 0};
-      if (related >= 0)
-        f.related = at(related);
-      add(std::move(f), cfg);
-    };
+    // Every combination of the backend's choices is checked; the defaults'
+    // (the first) gives the summary.
+    std::vector<std::map<std::string, std::string>> combos =
+        choiceCombinations(*backend, choices);
+    for (size_t ci = 0; ci < combos.size(); ++ci)
+      checkBinding(model, *inst, *backend, combos[ci],
+                   ci ? choiceLabel(*backend, combos[ci], choices) : "",
+                   configPath, points, /*summarize=*/ci == 0);
+  }
 
-    // What does not depend on the parallel configuration.
-    for (const auto &need : layout.needs) {
-      auto cap = layout.capabilities.find(need.capability);
-      bool has = cap != layout.capabilities.end() && cap->second;
-      if (!has && !need.fallback)
-        finding("capability",
-                need.instance + " needs capability '" + need.capability +
-                    "', which backend " + b +
-                    " lacks, and names no fallback",
-                need.source, "");
-    }
-    for (const auto &d : layout.derived) {
-      if (!d.hasRecompute)
-        finding("derived",
-                "derived tensor '" + d.name +
-                    "' has no rule for when to recompute it: it goes stale "
-                    "after a weight update (say `recompute load, update`)",
-                d.source, "");
-      else if (!llvm::is_contained(d.recompute, "update"))
-        finding("derived",
-                "derived tensor '" + d.name +
-                    "' is recomputed only on load: it goes stale after an "
-                    "online weight update",
-                d.source, "");
-    }
-    bool hasTp = llvm::is_contained(layout.mesh, MeshAxis::TP);
-    if (!hasTp)
-      for (const rt::Param &p : layout.params)
-        for (const rt::Split &s : p.splits) {
-          if (!s.padMultiple)
-            continue;
-          int64_t mult = s.padMultiple(ParallelConfig());
-          int a = p.atomIndex(s.atoms.front());
-          if (a >= 0 && mult > 1 && p.sizes[a] % mult != 0)
-            finding("vocab-padding",
-                    "backend " + b + " would pad " + s.atoms.front() + " of " +
-                        p.path + " from " + std::to_string(p.sizes[a]) +
-                        " to a multiple of " + std::to_string(mult) +
-                        ": padding rows would reach a checkpoint without "
-                        "tensor parallelism",
-                    p.source, "");
-        }
+  // The parallel configurations the spec says real deployments use must
+  // be valid.
+  for (auto d : model.getBodyBlock().getOps<DeployOp>())
+    checkDeploy(model, d, *inst, choices, configPath);
 
-    Summary sum;
-    sum.model = modelName;
-    sum.configFile = configPath;
-    sum.backend = b;
-    // The model's parameters: FP8 block scales, which a backend may or may
-    // not keep, are not counted.
-    for (const rt::Param &p : layout.params)
-      if (p.scaleOf < 0) {
-        ++sum.params;
-        sum.elements += p.numElements();
+  // A name that ignores a stack's index shows only with two elements:
+  // stacks of one (an MTP block of depth 1) are named again at two.
+  std::unique_ptr<Instantiation> two;
+  {
+    ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
+    two = Instantiation::create(model, *config, /*raiseSingleStacks=*/true);
+  }
+  if (two && !two->raisedStacks().empty()) {
+    std::string label = "stack";
+    for (const std::string &st : two->raisedStacks())
+      label += " " + st;
+    label += " at 2 elements";
+    for (const std::string &spelled : backends) {
+      std::unique_ptr<Backend> backend = Backend::lookup(model, spelled);
+      if (!backend)
+        continue;
+      // As the spec names it, however the command line spelled it.
+      const std::string b = backend->name().str();
+      std::unique_ptr<BoundModel> bm;
+      {
+        ScopedDiagnosticHandler quiet(&ctx,
+                                      [](Diagnostic &) { return success(); });
+        bm = bindModel(*two, *backend,
+                       choiceCombinations(*backend, choices).front());
       }
-    rt::CheckScope scope = rt::representativeLayers(layout);
-    std::set<std::string> seen, namedPipelines;
-    for (ParallelConfig point : points) {
-      // Axes the backend lacks stay at 1.
-      for (size_t i = 0; i < kMeshAxisNames.size(); ++i) {
-        auto axis = static_cast<MeshAxis>(i);
-        if (!llvm::is_contained(layout.mesh, axis)) {
-          if (axis == MeshAxis::TP) point.tp = 1;
-          if (axis == MeshAxis::PP) point.pp = 1, point.vpp = 1;
-          if (axis == MeshAxis::EP) point.ep = 1;
-          if (axis == MeshAxis::ETP) point.etp = 1;
-          if (axis == MeshAxis::CP) point.cp = 1;
-          if (axis == MeshAxis::DP) point.dp = 1;
+      if (!bm)
+        continue;
+      std::set<std::string> namedPipelines;
+      for (ParallelConfig point : points) {
+        point = onMesh(point, bm->layout.mesh);
+        rt::Planner planner(bm->layout, point);
+        if (!planner.valid() ||
+            !namedPipelines.insert(pipelineKey(point)).second)
+          continue;
+        for (const rt::Problem &p : rt::checkNames(planner)) {
+          Finding f{p.check, p.message, bm->sources[size_t(p.source)],
+                    modelName, b, configPath, "", 0};
+          if (p.related >= 0)
+            f.related = bm->sources[size_t(p.related)];
+          add(std::move(f), point.str() + " " + label);
         }
       }
-      std::string cfg = point.str();
-      if (!seen.insert(cfg).second)
-        continue;
-      ++sum.configs;
-      ++checkedTriples;
-      rt::Planner planner(layout, point);
-      if (!planner.valid()) {
-        sum.invalid.push_back({cfg, planner.invalidReasons()});
-        // A grid of one point asks for that configuration.
-        if (points.size() == 1)
-          for (const std::string &why : planner.invalidReasons())
-            add({"parallel", cfg + " is not a valid configuration: " + why,
-                 model, modelName, b, configPath, "", 0},
-                cfg);
-        continue;
-      }
-      ++sum.valid;
-      if (!sum.tensors) {
-        RankContext first;
-        first.config = point;
-        sum.tensors = planner.tensors(first, nullptr).size();
-      }
-      for (const rt::Problem &p : rt::checkLayout(planner, &scope))
-        finding(p.check, p.message, p.source, cfg, p.related);
-      std::string pipeline = std::to_string(point.pp) + "/" +
-                             std::to_string(point.vpp) + "/" +
-                             std::to_string(point.firstStageLayers.value_or(-1)) + "/" +
-                             std::to_string(point.lastStageLayers.value_or(-1));
-      if (namedPipelines.insert(pipeline).second)
-        for (const rt::Problem &p : rt::checkNames(planner))
-          finding(p.check, p.message, p.source, cfg, p.related);
+      bound.push_back(std::move(bm));
     }
-    sums.push_back(std::move(sum));
-    bound.push_back(std::move(bm));
+    insts.push_back(std::move(two));
   }
   configs.push_back(std::move(config));
   insts.push_back(std::move(inst));
+}
+
+void CheckSession::checkBinding(
+    ModuleDeclOp model, Instantiation &inst, const Backend &backend,
+    const std::map<std::string, std::string> &combo, const std::string &label,
+    const std::string &configPath, const std::vector<ParallelConfig> &points,
+    bool summarize) {
+  std::string modelName = model.getSymName().str();
+  std::string b = backend.name().str();
+  // Where a finding occurs: the parallel configuration and the choices
+  // that are not their defaults.
+  auto where = [&](const std::string &cfg) {
+    return cfg.empty() ? label : label.empty() ? cfg : cfg + " " + label;
+  };
+  std::unique_ptr<BoundModel> bm;
+  {
+    TagErrors tag(*model.getContext(), "bind");
+    bm = bindModel(inst, backend, combo);
+  }
+  if (!bm) {
+    ok = false;
+    return;
+  }
+  const rt::ModelLayout &layout = bm->layout;
+  auto at = [&](int source) -> Operation * {
+    return source >= 0 ? bm->sources[size_t(source)] : model.getOperation();
+  };
+  auto finding = [&](std::string check, std::string message, int source,
+                     const std::string &cfg, int related = -1) {
+    Finding f{std::move(check), std::move(message), at(source), modelName,
+              b, configPath, "", 0};
+    if (related >= 0)
+      f.related = at(related);
+    add(std::move(f), where(cfg));
+  };
+
+  // What does not depend on the parallel configuration.
+  for (const auto &need : layout.needs) {
+    auto cap = layout.capabilities.find(need.capability);
+    bool has = cap != layout.capabilities.end() && cap->second;
+    if (!has && !need.fallback)
+      finding("capability",
+              need.instance + " needs capability '" + need.capability +
+                  "', which backend " + b +
+                  " lacks, and names no fallback",
+              need.source, "");
+  }
+  for (const auto &d : layout.derived) {
+    if (!d.hasRecompute)
+      finding("derived",
+              "derived tensor '" + d.name +
+                  "' has no rule for when to recompute it: it goes stale "
+                  "after a weight update (say `recompute load, update`)",
+              d.source, "");
+    else if (!llvm::is_contained(d.recompute, "update"))
+      finding("derived",
+              "derived tensor '" + d.name +
+                  "' is recomputed only on load: it goes stale after an "
+                  "online weight update",
+              d.source, "");
+  }
+  bool hasTp = llvm::is_contained(layout.mesh, MeshAxis::TP);
+  if (!hasTp)
+    for (const rt::Param &p : layout.params)
+      for (const rt::Split &s : p.splits) {
+        if (!s.padMultiple)
+          continue;
+        int64_t mult = s.padMultiple(ParallelConfig());
+        int a = p.atomIndex(s.atoms.front());
+        if (a >= 0 && mult > 1 && p.sizes[a] % mult != 0)
+          finding("vocab-padding",
+                  "backend " + b + " would pad " + s.atoms.front() + " of " +
+                      p.path + " from " + std::to_string(p.sizes[a]) +
+                      " to a multiple of " + std::to_string(mult) +
+                      ": padding rows would reach a checkpoint without "
+                      "tensor parallelism",
+                  p.source, "");
+      }
+
+  // A member the pipeline places nowhere makes every configuration with
+  // pp > 1 invalid: an error at the member, not fewer valid configurations.
+  if (layout.hasPipeline && llvm::is_contained(layout.mesh, MeshAxis::PP)) {
+    std::set<std::string> members;
+    for (const rt::Param &p : layout.params) {
+      if (p.placement.kind != rt::Placement::All || p.scaleOf >= 0)
+        continue;
+      std::string member = p.path.substr(0, p.path.find('.'));
+      if (!members.insert(member).second)
+        continue;
+      Operation *decl = SymbolTable::lookupSymbolIn(model, member);
+      add({"unplaced",
+           "member '" + member + "' is placed on no pipeline stage: no "
+           "configuration with pp > 1 can hold it (list it under first, "
+           "last or stages)",
+           decl ? decl : model.getOperation(), modelName, b, configPath, "",
+           0},
+          label);
+    }
+  }
+
+  Summary sum;
+  sum.model = modelName;
+  sum.configFile = configPath;
+  sum.backend = b;
+  // The model's parameters: FP8 block scales, which a backend may or may
+  // not keep, are not counted.
+  for (const rt::Param &p : layout.params)
+    if (p.scaleOf < 0) {
+      ++sum.params;
+      sum.elements += p.numElements();
+    }
+  rt::CheckScope scope = rt::representativeLayers(layout);
+  std::set<std::string> seen, namedPipelines;
+  for (ParallelConfig point : points) {
+    point = onMesh(point, layout.mesh);
+    std::string cfg = point.str();
+    if (!seen.insert(cfg).second)
+      continue;
+    ++sum.configs;
+    ++checkedTriples;
+    rt::Planner planner(layout, point);
+    if (!planner.valid()) {
+      sum.invalid.push_back({cfg, planner.invalidReasons()});
+      // A grid of one point asks for that configuration.
+      if (points.size() == 1)
+        for (const std::string &why : planner.invalidReasons())
+          add({"parallel", cfg + " is not a valid configuration: " + why,
+               model, modelName, b, configPath, "", 0},
+              where(cfg));
+      continue;
+    }
+    ++sum.valid;
+    if (!sum.tensors) {
+      RankContext first;
+      first.config = point;
+      sum.tensors = planner.tensors(first, nullptr).size();
+    }
+    for (const rt::Problem &p : rt::checkLayout(planner, &scope))
+      finding(p.check, p.message, p.source, cfg, p.related);
+    if (namedPipelines.insert(pipelineKey(point)).second)
+      for (const rt::Problem &p : rt::checkNames(planner))
+        finding(p.check, p.message, p.source, cfg, p.related);
+  }
+  if (summarize)
+    sums.push_back(std::move(sum));
+  bound.push_back(std::move(bm));
+}
+
+void CheckSession::checkDeploy(ModuleDeclOp model, DeployOp deploy,
+                               Instantiation &inst,
+                               const std::map<std::string, std::string> &choices,
+                               const std::string &configPath) {
+  std::string b = deploy.getBackend().str();
+  if (!opts.backends.empty() && !llvm::is_contained(opts.backends, b))
+    return;
+  std::unique_ptr<BoundModel> bm;
+  {
+    TagErrors tag(*model.getContext(), "bind");
+    std::unique_ptr<Backend> backend = Backend::lookup(deploy, b);
+    if (!backend) {
+      ok = false;
+      return;
+    }
+    bm = bindModel(inst, *backend, choiceCombinations(*backend, choices).front());
+  }
+  if (!bm) {
+    ok = false;
+    return;
+  }
+  std::map<std::string, std::vector<int64_t>> grid;
+  for (NamedAttribute a : deploy.getAxes()) {
+    ArrayRef<int64_t> values = cast<DenseI64ArrayAttr>(a.getValue()).asArrayRef();
+    grid[a.getName().str()].assign(values.begin(), values.end());
+  }
+  std::string modelName = model.getSymName().str();
+  for (const ParallelConfig &point : rt::expandGrid(grid)) {
+    rt::Planner planner(bm->layout, point);
+    for (const std::string &why : planner.invalidReasons())
+      add({"deploy",
+           point.str() + ", which deployments of " + modelName + " on " + b +
+               " use, is not a valid configuration of the spec: " + why,
+           deploy, modelName, b, configPath, "", 0},
+          point.str());
+  }
+  bound.push_back(std::move(bm));
 }
 
 void CheckSession::checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
@@ -388,12 +629,14 @@ void CheckSession::checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
     llvm::Expected<CheckpointContents> read =
         readCheckpointContents(opts.checkpoint);
     if (!read) {
-      model.emitError() << llvm::toString(read.takeError());
+      model.emitError() << llvm::toString(read.takeError())
+                        << " [checkpoint-read]";
       ok = false;
       return;
     }
     checkpoint = std::move(*read);
   }
+  TagErrors tag(*model.getContext(), "bind");
   std::unique_ptr<Backend> backend =
       Backend::lookup(model, opts.checkpointBackend);
   if (!backend) {
@@ -405,21 +648,12 @@ void CheckSession::checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
   std::map<std::string, std::string> fixed;
   for (const std::string &c : opts.choices)
     fixed[c.substr(0, c.find('='))] = c.substr(c.find('=') + 1);
-  std::vector<std::map<std::string, std::string>> combos = {{}};
+  std::vector<std::map<std::string, std::string>> combos =
+      choiceCombinations(*backend, fixed);
   std::vector<std::string> detected;
-  for (const auto &[name, options] : backend->choices()) {
-    std::vector<std::map<std::string, std::string>> next;
-    for (const auto &combo : combos)
-      for (const std::string &o : options) {
-        if (fixed.count(name) && fixed[name] != o)
-          continue;
-        next.push_back(combo);
-        next.back()[name] = o;
-      }
-    combos = std::move(next);
+  for (const auto &[name, options] : backend->choices())
     if (!fixed.count(name))
       detected.push_back(name);
-  }
   std::unique_ptr<BoundModel> best;
   size_t bestPresent = 0;
   std::vector<size_t> present;

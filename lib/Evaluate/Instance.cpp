@@ -599,8 +599,10 @@ FailureOr<int64_t> InstanceNode::dimSize(StringRef name, Location loc) {
 //===----------------------------------------------------------------------===//
 
 std::unique_ptr<Instantiation> Instantiation::create(ModuleDeclOp model,
-                                                     const HFConfig &config) {
+                                                     const HFConfig &config,
+                                                     bool raiseSingleStacks) {
   auto inst = std::unique_ptr<Instantiation>(new Instantiation(model, config));
+  inst->raiseSingles = raiseSingleStacks;
   inst->root = std::make_unique<InstanceNode>();
   inst->root->module = model;
   inst->root->inst = inst.get();
@@ -893,7 +895,12 @@ LogicalResult Instantiation::buildChildren(InstanceNode &node) {
     auto &elements = node.stacks[stack.getSymName().str()];
     bool staged = !node.parent && stack.getSymName() == stagedStack;
     auto it = placement.find(stack.getSymName());
-    for (int64_t i = 0; i < count->i; ++i) {
+    int64_t length = count->i;
+    if (raiseSingles && length == 1 && !staged) {
+      length = 2;
+      raised.push_back(childPath(stack.getSymName()));
+    }
+    for (int64_t i = 0; i < length; ++i) {
       EvalValue index = EvalValue::integer(i);
       std::unique_ptr<InstanceNode> child =
           makeChild(node, stack, stack.getCases(),

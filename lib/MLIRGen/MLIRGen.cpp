@@ -57,6 +57,7 @@ private:
   void module(const ModuleDecl *m);
   void extendModels(mlir::ModuleOp top);
   mlir::ArrayAttr examplesOf(const ModuleDecl *m);
+  void deploy(const DeployMember *d);
   void member(const ModuleDecl *m, const Member *mem);
   mlir::ArrayAttr shape(const Shape &s);
   ParallelStyleAttr style(const ParallelStyle &s);
@@ -468,6 +469,9 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
                                fallbacks);
     return;
   }
+  case Member::Deploy:
+    deploy(cast<DeployMember>(mem));
+    return;
   case Member::Needs: {
     auto *x = cast<NeedsMember>(mem);
     mlir::StringAttr fallback;
@@ -503,6 +507,19 @@ void Generator::extendModels(mlir::ModuleOp top) {
       copy.setSymName(m->name.name);
       copy->setLoc(loc(m->name.loc()));
       copy.setExamplesAttr(examplesOf(m));
+      // Its own deployments replace the base's.
+      if (llvm::any_of(m->members, [](const MemberPtr &mem) {
+            return llvm::isa<DeployMember>(mem.get());
+          })) {
+        for (auto d : llvm::make_early_inc_range(
+                 copy.getBodyBlock().getOps<DeployOp>()))
+          d.erase();
+        mlir::OpBuilder::InsertionGuard guard(builder);
+        builder.setInsertionPointToEnd(&copy.getBodyBlock());
+        for (const MemberPtr &mem : m->members)
+          if (auto *d = llvm::dyn_cast<DeployMember>(mem.get()))
+            deploy(d);
+      }
       for (auto l : llvm::make_early_inc_range(top.getOps<LayoutOp>()))
         if (l.getModule() == m->base->name) {
           builder.setInsertionPointAfter(l);
@@ -513,6 +530,15 @@ void Generator::extendModels(mlir::ModuleOp top) {
     if (pending.size() == before)
       break;
   }
+}
+
+void Generator::deploy(const DeployMember *d) {
+  llvm::SmallVector<mlir::NamedAttribute> axes;
+  for (const DeployMember::Axis &a : d->axes)
+    axes.push_back(builder.getNamedAttr(
+        a.name.name, builder.getDenseI64ArrayAttr(a.values)));
+  builder.create<DeployOp>(loc(d->getLoc()), d->backend.name,
+                           builder.getDictionaryAttr(axes));
 }
 
 mlir::ArrayAttr Generator::examplesOf(const ModuleDecl *m) {

@@ -588,6 +588,22 @@ InstanceExpr ASTBuilder::instanceExpr(P::InstanceExprContext *c) {
 }
 
 MemberPtr ASTBuilder::member(P::MemberContext *c) {
+  if (auto *x = c->deployDecl()) {
+    std::vector<DeployMember::Axis> axes;
+    for (auto *a : x->deployAxis()) {
+      DeployMember::Axis axis{ident(a->name()), {}};
+      for (auto *v : a->INT()) {
+        int64_t value = 0;
+        if (llvm::StringRef(v->getText()).getAsInteger(10, value))
+          error(range(v).Start) << "integer literal '" << v->getText()
+                                << "' does not fit in 64 bits";
+        axis.values.push_back(value);
+      }
+      axes.push_back(std::move(axis));
+    }
+    return std::make_unique<DeployMember>(ident(x->name()), std::move(axes),
+                                          range(x));
+  }
   if (auto *x = c->exampleDecl()) {
     std::vector<std::pair<std::string, SMRange>> paths;
     for (auto *s : x->STRING())

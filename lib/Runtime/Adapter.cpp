@@ -429,3 +429,13 @@ mdl::rt::adaptersToHf(const Binding &hf, const Binding &backend,
     }
   return out;
 }
+
+void mdl::rt::selectLoraModules(
+    const std::vector<std::pair<std::string, std::vector<std::string>>>
+        &backendChoices,
+    std::map<std::string, std::string> &choices) {
+  for (const auto &[name, options] : backendChoices)
+    if (name == "lora" &&
+        std::find(options.begin(), options.end(), "on") != options.end())
+      choices.try_emplace(name, "on");
+}

@@ -993,6 +993,15 @@ mdl::rt::bindModel(Model &model, const BackendDecl &backend,
   auto bound = std::make_shared<std::map<std::string, std::string>>();
   for (const auto &[name, options] : backend.choices) {
     auto it = choices.find(name);
+    if (it != choices.end() &&
+        std::find(options.begin(), options.end(), it->second) == options.end()) {
+      error = "backend " + backend.name + " has no option '" + it->second +
+              "' for choice '" + name + "' (options:";
+      for (const std::string &o : options)
+        error += " " + o;
+      error += ")";
+      return std::nullopt;
+    }
     (*bound)[name] = it != choices.end() ? it->second : options.front();
   }
   BoundLayout out;

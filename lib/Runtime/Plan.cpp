@@ -965,6 +965,7 @@ std::vector<Problem> mdl::rt::checkNames(const Planner &planner) {
   if (!planner.valid())
     return problems;
   const ModelLayout &m = planner.model();
+  std::set<std::pair<int, int>> mountPairs;
   for (const RankContext &ctx : planner.ranks()) {
     if (ctx.tpRank != 0 || ctx.epRank != 0)
       continue;
@@ -974,7 +975,29 @@ std::vector<Problem> mdl::rt::checkNames(const Planner &planner) {
       if (!name)
         continue;
       auto [it, fresh] = names.emplace(*name, int(i));
-      if (!fresh)
+      if (fresh)
+        continue;
+      // Tensors of different instances collide because of where they are
+      // mounted (an MTP layer mounted where a decoder layer is, a mount
+      // that ignores its stack's index): report it at the mount.
+      const auto &a = m.tensors[i].mounts, &b = m.tensors[it->second].mounts;
+      size_t d = 0;
+      while (d < a.size() && d < b.size() && a[d] == b[d])
+        ++d;
+      if (d < a.size() && d < b.size()) {
+        // One finding per pair of mounts, with its first collision.
+        bool same = a[d].first == b[d].first;
+        if (mountPairs.insert({a[d].first, b[d].first}).second)
+          problems.push_back(
+              {"duplicate-name",
+               (same ? std::string("this mount gives two of the instances "
+                                   "it places the same names (does its "
+                                   "name use the stack's index?)")
+                     : std::string("the tensors this mount places take the "
+                                   "names of tensors another mount places")) +
+                   ": two tensors of one rank are named '" + *name + "'",
+               a[d].first, same ? -1 : b[d].first});
+      } else
         problems.push_back({"duplicate-name",
                             "two tensors of one rank are named '" + *name + "'",
                             m.tensors[i].source, m.tensors[it->second].source});
@@ -1074,13 +1097,23 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
                  " elements a rank must hold",
              p.source});
     }
-    // With tied embeddings the last stage still needs a head.
+    // With tied embeddings the last stage still needs a head: the
+    // embedding, or a copy of it that serves as one. A copy that belongs
+    // to a stack element (an MTP block's embedding) or that is named as the
+    // embedding itself (the MTP blocks' shared embedding) is no head.
     if (ctx.lastStage())
       for (auto [wanted, fallback] : m.lastStageNeeds) {
         if (wanted >= 0 || fallback < 0)
           continue;
+        std::set<std::string> ownNames;
+        for (const TensorSpec &t : m.tensors)
+          if (!t.copy && tensorParams(t) == std::vector<int>{fallback})
+            ownNames.insert(renderName(t, 0));
         bool holds = std::any_of(
             tensors.begin(), tensors.end(), [&](const LocalTensor &lt) {
+              const TensorSpec &t = m.tensors[lt.spec];
+              if (t.copy && (t.unit >= 0 || ownNames.count(renderName(t, 0))))
+                return false;
               return std::any_of(lt.pieces.begin(), lt.pieces.end(),
                                  [&](const Piece &pc) {
                                    return pc.param == fallback;

@@ -246,7 +246,8 @@ private:
 
 bool isModelOnly(Member::Kind k) {
   return k == Member::Config || k == Member::Example ||
-         k == Member::Pipeline || k == Member::DTypeDefault;
+         k == Member::Pipeline || k == Member::DTypeDefault ||
+         k == Member::Deploy;
 }
 
 const char *memberKindName(Member::Kind k) {
@@ -263,6 +264,7 @@ const char *memberKindName(Member::Kind k) {
   case Member::Stack: return "stack";
   case Member::Pipeline: return "pipeline";
   case Member::Needs: return "needs";
+  case Member::Deploy: return "deploy";
   }
   return "member";
 }
@@ -1117,6 +1119,24 @@ void Analyzer::checkMember(const ModuleDecl *m, const Member *mem) {
   }
   case Member::Needs:
     return;
+  case Member::Deploy: {
+    auto *x = cast<DeployMember>(mem);
+    if (!program.backends.count(x->backend.name))
+      error(x->backend.loc()) << "unknown backend '" << x->backend.name << "'";
+    llvm::StringSet<> seen;
+    for (const DeployMember::Axis &a : x->axes) {
+      if (!parseMeshAxis(a.name.name) && a.name.name != "vpp")
+        error(a.name.loc()) << "unknown parallel axis '" << a.name.name
+                            << "' (known: tp, pp, ep, etp, cp, dp, vpp)";
+      else if (!seen.insert(a.name.name).second)
+        error(a.name.loc()) << "axis '" << a.name.name << "' is given twice";
+      for (int64_t v : a.values)
+        if (v < 1 || v > 65536)
+          error(a.name.loc()) << "axis '" << a.name.name
+                              << "' takes values from 1 to 65536, not " << v;
+    }
+    return;
+  }
   }
 }
 
@@ -1222,9 +1242,10 @@ void Analyzer::checkValueCycles(const ModuleScope &scope) {
 
 void Analyzer::checkExtends(const ModuleDecl *m) {
   for (const MemberPtr &mem : m->members)
-    if (!isa<ExampleMember>(mem.get()))
+    if (!isa<ExampleMember, DeployMember>(mem.get()))
       error(mem->getLoc()) << "a model that extends another only adds example "
-                              "configs; its members are those of '"
+                              "configs and deployments; its members are "
+                              "those of '"
                            << m->base->name << "'";
   llvm::SmallPtrSet<const ModuleDecl *, 4> seen = {m};
   for (const ModuleDecl *cur = m; cur->base;) {

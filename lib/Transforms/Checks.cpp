@@ -103,11 +103,12 @@ struct CheckPassImpl : public Base {
         : CheckPassImpl({__VA_ARGS__}, o) {}                                 \
   };
 
-MDL_CHECK_PASS(CheckCoverage, "coverage", "placement", "duplicate-name")
+MDL_CHECK_PASS(CheckCoverage, "coverage", "placement", "duplicate-name",
+               "unplaced")
 MDL_CHECK_PASS(CheckShapes, "shape", "fused-parts")
 MDL_CHECK_PASS(CheckReinterpret, "reinterpret")
 MDL_CHECK_PASS(CheckFusedSplit, "fused-split")
-MDL_CHECK_PASS(CheckParallel, "parallel")
+MDL_CHECK_PASS(CheckParallel, "parallel", "deploy")
 MDL_CHECK_PASS(CheckStackDepth, "stack-depth")
 MDL_CHECK_PASS(CheckTiedVocab, "tied-head", "vocab-padding")
 MDL_CHECK_PASS(CheckCapabilities, "capability")

@@ -23,6 +23,12 @@ sums of bf16 values in [1, 4) are exact.
 
   adapters.py --mdlc MDLC --convert MDL_CONVERT --spec SPEC --model M
               --config CONFIG.json --work DIR [--rank-size R]
+              [--targets a,b,...] [--backends a,b] [--choice NAME=VALUE]
+
+--targets names the HF modules to adapt (default: the attention and MLP
+projections); --choice is passed to mdl-convert: `lora=off` converts for
+vLLM's module set without LoRA, which the reference follows too (by
+default, adapters are for the modules vLLM builds with LoRA enabled).
 """
 import argparse
 import json
@@ -39,7 +45,7 @@ import reference  # noqa: E402
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
            "down_proj")
-ROW_PARALLEL = ("o_proj", "down_proj")
+ROW_PARALLEL = ("o_proj", "down_proj", "out_proj")
 PREFIX = "base_model.model."
 
 
@@ -158,7 +164,13 @@ def main():
         ap.add_argument("--" + flag, required=True)
     ap.add_argument("--rank-size", type=int, default=3)
     ap.add_argument("--backends", default="mcore_te,mcore_local,vllm")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--choice", action="append", default=[])
     args = ap.parse_args()
+    targets = tuple(args.targets.split(","))
+    choices = []
+    for c in args.choice:
+        choices += ["--choice", c]
 
     shutil.rmtree(args.work, ignore_errors=True)
     peft = os.path.join(args.work, "peft")
@@ -178,14 +190,14 @@ def main():
     for t in params:
         module, _, leaf = t["name"].rpartition(".")
         if (leaf != "weight" or len(t["shape"]) != 2 or "visual" in module
-                or module.rsplit(".", 1)[-1] not in TARGETS):
+                or module.rsplit(".", 1)[-1] not in targets):
             continue
         out_f, in_f = t["shape"]
         adapters[module] = (bf16(rng.uniform(1, 4, (rsz, in_f))),
                             bf16(rng.uniform(1, 4, (out_f, rsz))))
     write_adapters(os.path.join(peft, "adapter_model.safetensors"), adapters)
     json.dump({"peft_type": "LORA", "r": rsz, "lora_alpha": 2 * rsz,
-               "target_modules": list(TARGETS)},
+               "target_modules": list(targets)},
               open(os.path.join(peft, "adapter_config.json"), "w"))
 
     # HF tensors: zero, but each adapted module's weight is its delta.
@@ -209,14 +221,15 @@ def main():
                   if backend.startswith("mcore") else [(tp, 1) for tp in (1, 2, 4)])
         for tp, pp in points:
             where = "%s tp=%d pp=%d" % (backend, tp, pp)
-            par = {"tp": tp, "pp": pp, "ep": 1, "etp": 1, "vpp": 1}
+            par = {"tp": tp, "pp": pp, "ep": 1, "etp": 1, "vpp": 1,
+                   "lora": backend == "vllm" and "lora=off" not in args.choice}
             out = os.path.join(args.work, "out")
             back = os.path.join(args.work, "back")
             shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(back, ignore_errors=True)
             r = subprocess.run([args.convert, "--model", args.model, "--from", "hf", "--to", backend,
                                 "--tp", str(tp), "--pp", str(pp), "--adapters",
-                                "--config", args.config, "--quiet", peft, out],
+                                "--config", args.config, "--quiet"] + choices + [peft, out],
                                capture_output=True, text=True)
             if r.returncode:
                 if "is not a valid configuration" in r.stderr and not os.path.exists(out):

@@ -290,6 +290,13 @@ class Reference:
             res["in_proj_qkvz.weight"] = c(self.w(pre + "in_proj_qkvz.weight"))
             res["in_proj_ba.weight"] = c(self.w(pre + "in_proj_ba.weight"))
             res["norm.weight"] = self.w(pre + "norm.weight")
+        elif self.par.get("lora"):
+            # vLLM with LoRA enabled (qwen3_5.py: create_in_proj_qkvz =
+            # lora_config is None): in_proj_qkv [q_r; k_r; v_r] and in_proj_z.
+            res["in_proj_qkv.weight"] = np.concatenate([c(q), c(k), c(v)])
+            res["in_proj_z.weight"] = c(z)
+            res["in_proj_ba.weight"] = np.concatenate([c(b), c(a)])
+            res["norm.weight"] = self.w(pre + "norm.weight")
         else:
             res["in_proj_qkvz.weight"] = np.concatenate([c(q), c(k), c(v), c(z)])
             res["in_proj_ba.weight"] = np.concatenate([c(b), c(a)])

@@ -16,6 +16,7 @@
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Progress.h"
+#include "mdl/Runtime/Lora.h"
 
 #include <cstdio>
 #include <cstring>
@@ -54,7 +55,9 @@ Options:
                       --set mtp_num_hidden_layers=0); never more stack
                       elements (MTP layers) than the checkpoint's config has
   --choice NAME=VALUE a storage variant (e.g. expert_storage=packed); by
-                      default detected from an HF source
+                      default detected from an HF source; or a serving
+                      option (vLLM's lora=off|on, the modules it builds
+                      with LoRA enabled; --adapters selects lora=on)
   --adapters          convert LoRA adapters instead of weights: IN_DIR
                       holds HF-PEFT's adapter_model.safetensors (for hf)
                       or what mdl-convert --adapters wrote; OUT_DIR gets
@@ -513,6 +516,9 @@ int main(int argc, char **argv) {
     }
     sourceChoices = combos.empty() ? choicesGiven : combos[best];
   }
+  // Adapters are for the modules a backend builds with LoRA enabled.
+  if (adapters)
+    selectLoraModules(fromDecl->choices, sourceChoices);
   std::unique_ptr<Binding> from =
       Binding::bind(instance, *fromDecl, sourceChoices, error);
   // The storage variants travel with the checkpoint: a backend written
@@ -520,6 +526,8 @@ int main(int argc, char **argv) {
   std::map<std::string, std::string> targetChoices = sourceChoices;
   for (const auto &[k, v] : choicesGiven)
     targetChoices[k] = v;
+  if (adapters)
+    selectLoraModules(toDecl->choices, targetChoices);
   std::unique_ptr<Binding> to =
       from ? Binding::bind(instance, *toDecl, targetChoices, error) : nullptr;
   if (!from || !to)

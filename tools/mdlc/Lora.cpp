@@ -3,6 +3,7 @@
 #include "Commands.h"
 
 #include "mdl/Evaluate/Bind.h"
+#include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Lora.h"
 
@@ -19,7 +20,13 @@ static std::string shapeText(const std::vector<int64_t> &s) {
 
 int mdl::runLora(const Options &options, mlir::ModuleOp top,
                  mlir::MLIRContext &context) {
-  BoundSpec spec = bindSpec(options, top, context, options.backends.front());
+  // The modules the backend builds with LoRA enabled.
+  Options withLora = options;
+  if (ModuleDeclOp model = theModel(top, options.files.front()))
+    if (std::unique_ptr<Backend> b =
+            Backend::lookup(model, options.backends.front()))
+      rt::selectLoraModules(b->choices(), withLora.choices);
+  BoundSpec spec = bindSpec(withLora, top, context, options.backends.front());
   if (!spec.bound)
     return 1;
   const std::unique_ptr<BoundModel> &bound = spec.bound;

@@ -261,6 +261,7 @@ public:
     Stack,
     Pipeline,
     Needs,
+    Deploy,
   };
   Member(Kind kind, SMRange range) : kind(kind), range(range) {}
   virtual ~Member() = default;
@@ -294,6 +295,20 @@ struct ExampleMember : Member {
       : Member(Example, r), paths(std::move(paths)) {}
   std::vector<std::pair<std::string, SMRange>> paths;
   static bool classof(const Member *m) { return m->getKind() == Example; }
+};
+
+/// `deploy vllm tp=1,2,4,8;`: parallel configurations real deployments of
+/// the model use on a backend, each axis with its values (a grid).
+struct DeployMember : Member {
+  struct Axis {
+    Ident name;
+    std::vector<int64_t> values;
+  };
+  DeployMember(Ident backend, std::vector<Axis> axes, SMRange r)
+      : Member(Deploy, r), backend(std::move(backend)), axes(std::move(axes)) {}
+  Ident backend;
+  std::vector<Axis> axes;
+  static bool classof(const Member *m) { return m->getKind() == Deploy; }
 };
 
 struct LetMember : Member {

@@ -93,6 +93,18 @@ public:
 private:
   void checkModel(ModuleDeclOp model, const std::string &configPath,
                   const std::map<std::string, std::vector<int64_t>> &grid);
+  /// Checks one binding of the model, under one combination of the
+  /// backend's choices (`label` names those that are not the defaults);
+  /// `summarize`: its counts make the backend's summary.
+  void checkBinding(ModuleDeclOp model, Instantiation &inst,
+                    const Backend &backend,
+                    const std::map<std::string, std::string> &combo,
+                    const std::string &label, const std::string &configPath,
+                    const std::vector<ParallelConfig> &points, bool summarize);
+  /// Reports each configuration of a `deploy` the spec makes invalid.
+  void checkDeploy(ModuleDeclOp model, DeployOp deploy, Instantiation &inst,
+                   const std::map<std::string, std::string> &choices,
+                   const std::string &configPath);
   void add(Finding f, const std::string &config);
   void checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
                        const std::string &configPath);

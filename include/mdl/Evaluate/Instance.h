@@ -141,9 +141,12 @@ class Instantiation {
 public:
   /// Evaluates `model` against `config`. Reports every error it finds
   /// (missing keys, type errors, failed requires, bad sizes) and returns
-  /// null if there was any.
+  /// null if there was any. With `raiseSingleStacks`, every stack of one
+  /// element but the pipelined one gets two (for checks of names that
+  /// must depend on the stack index); `raisedStacks` lists them.
   static std::unique_ptr<Instantiation> create(ModuleDeclOp model,
-                                               const HFConfig &config);
+                                               const HFConfig &config,
+                                               bool raiseSingleStacks = false);
 
   ModuleDeclOp model;
   const HFConfig &config;
@@ -157,6 +160,8 @@ public:
   std::optional<mdl::DType> dtype() const { return defaultDType; }
   /// The evaluated config entries of the model.
   std::vector<std::pair<std::string, EvalValue>> configValues();
+  /// The stacks given two elements instead of one (`raiseSingleStacks`).
+  const std::vector<std::string> &raisedStacks() const { return raised; }
 
 private:
   friend class InstanceNode;
@@ -172,6 +177,8 @@ private:
                                           const EvalValue *index);
   std::optional<mdl::DType> defaultDType;
   bool hadError = false;
+  bool raiseSingles = false;
+  std::vector<std::string> raised;
   size_t paramCount = 0;
   /// Parameters and instances placed by the model's pipeline op.
   llvm::StringMap<std::string> placement;

@@ -152,6 +152,11 @@ struct TensorSpec {
   /// The innermost stack element the tensor's layout belongs to, or -1.
   int unit = -1;
   int source = -1;
+  /// The mounts that place it, outermost first: the source of the entry
+  /// that decides (a stack's or instance's `at`, the module layout's, or
+  /// the member's declaration) and a number that tells the instances it
+  /// places apart (the elements of one stack); empty where unknown.
+  std::vector<std::pair<int, int>> mounts;
 };
 
 /// A model bound to one backend.

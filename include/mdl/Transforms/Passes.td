@@ -75,8 +75,9 @@ def CheckCoverage : CheckPass<"mdl-check-coverage",
     Checks, for every backend and parallel configuration of the grid, that
     each parameter is held by the tensors of each rank that should hold it
     exactly once and whole (`coverage`), only on the pipeline stage that
-    places it (`placement`), and that no two tensors of a rank share a name
-    (`duplicate-name`).
+    places it (`placement`), that no two tensors of a rank share a name
+    (`duplicate-name`), and that every member of a model with a pipeline
+    is placed on a stage (`unplaced`).
   }];
 }
 
@@ -112,7 +113,8 @@ def CheckParallel : CheckPass<"mdl-check-parallel",
   let description = [{
     With a grid of one configuration, reports each reason it is invalid
     (`parallel`): a dimension a mesh axis cannot split, layers that do not
-    fit the stages, a backend's own requirements.
+    fit the stages, a backend's own requirements. Every configuration a
+    model's `deploy` statements name must be valid (`deploy`).
   }];
 }
 

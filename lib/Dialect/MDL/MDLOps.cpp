@@ -228,11 +228,12 @@ LogicalResult ModuleDeclOp::verify() {
   for (Operation &op : getBodyBlock()) {
     if (isa<InputOp>(op) && model)
       return op.emitOpError("a model takes no inputs");
-    if (isa<ConfigOp, PipelineOp, DefaultDTypeOp>(op) && !model)
+    if (isa<ConfigOp, PipelineOp, DefaultDTypeOp, DeployOp>(op) && !model)
       return op.emitOpError() << "belongs in a model, and '" << getSymName()
                               << "' is a module";
     if (!isa<InputOp, ConfigOp, LetOp, DimOp, RequireOp, DefaultDTypeOp,
-             ParamOp, LinearOp, InstanceOp, StackOp, PipelineOp, NeedsOp>(op))
+             ParamOp, LinearOp, InstanceOp, StackOp, PipelineOp, NeedsOp,
+             DeployOp>(op))
       return op.emitOpError("cannot appear in a module");
   }
   if (getExamples() && !model)
@@ -680,6 +681,23 @@ LogicalResult BackendOp::verify() {
   for (Operation &op : getBodyBlock())
     if (!isa<ClassOp, CapabilityOp, ChoiceOp, LetOp, RequireOp>(op))
       return op.emitOpError("cannot appear in a backend");
+  return success();
+}
+
+LogicalResult DeployOp::verify() {
+  for (NamedAttribute a : getAxes()) {
+    StringRef axis = a.getName().getValue();
+    if (!parseMeshAxis(axis.str()) && axis != "vpp")
+      return emitOpError() << "names unknown parallel axis '" << axis << "'";
+    auto values = dyn_cast<DenseI64ArrayAttr>(a.getValue());
+    if (!values || values.empty())
+      return emitOpError() << "axis '" << axis
+                           << "' needs a non-empty array<i64> of values";
+    for (int64_t v : values.asArrayRef())
+      if (v < 1)
+        return emitOpError() << "axis '" << axis << "' has value " << v
+                             << "; values are positive";
+  }
   return success();
 }
 

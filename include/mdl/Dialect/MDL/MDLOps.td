@@ -206,6 +206,19 @@ def MDL_PipelineOp : MDL_Op<"pipeline"> {
   let hasVerifier = 1;
 }
 
+def MDL_DeployOp : MDL_Op<"deploy", [HasParent<"ModuleDeclOp">]> {
+  let summary = "parallel configurations real deployments of a model use";
+  let description = [{
+    `deploy vllm tp=1,2,4,8;`: the grid of parallel configurations (each
+    axis with its values) that real deployments of the model use on
+    `backend`. `mdlc check` reports every one of them the spec makes
+    invalid, with the reason.
+  }];
+  let arguments = (ins StrAttr:$backend, DictionaryAttr:$axes);
+  let assemblyFormat = "$backend $axes attr-dict";
+  let hasVerifier = 1;
+}
+
 def MDL_NeedsOp : MDL_Op<"needs"> {
   let summary = "a device capability a module needs";
   let arguments = (ins StrAttr:$capability, OptionalAttr<StrAttr>:$fallback);
