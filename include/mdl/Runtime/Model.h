@@ -48,6 +48,10 @@ struct ValueDecl {
   /// A factored dimension's factors (then `expr` is null).
   std::vector<std::string> factors;
   std::string where; // "file:line:col"
+  /// A config entry's `detect` candidates (a list), and the hf() paths its
+  /// value reads: a checkpoint settles it when the config holds none.
+  Expr detect = nullptr;
+  std::vector<std::string> detectKeys;
 };
 
 struct ParamDecl {
@@ -181,6 +185,13 @@ struct LayoutDecl {
   std::vector<MountDecl> mounts;
   std::vector<ShardDecl> shards;
   std::vector<DerivedDecl> derived;
+  /// A model's layout: the defaults of backend choices for the model.
+  struct ChoiceDefault {
+    std::string choice;
+    Expr value = nullptr;
+    std::string where;
+  };
+  std::vector<ChoiceDefault> choiceDefaults;
 };
 
 /// The module class a backend uses for one parallel role.
@@ -368,8 +379,14 @@ struct BoundLayout {
   std::vector<std::string> sources;
 };
 
+/// The option each choice of `backend` takes for `model` when nothing
+/// settles it: the model layout's default (`choice x = expr;`), else the
+/// first option. Throws EvalError.
+std::map<std::string, std::string> defaultChoices(Model &model,
+                                                  const BackendDecl &backend);
+
 /// Binds `model` to `backend` with the given choices (others take their
-/// first option); nothing, with `error` set, on failure.
+/// defaults); nothing, with `error` set, on failure.
 std::optional<BoundLayout>
 bindModel(Model &model, const BackendDecl &backend,
           const std::map<std::string, std::string> &choices,
