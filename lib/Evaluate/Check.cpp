@@ -294,10 +294,9 @@ detectCheckpoint(ModuleDeclOp model, const std::string &configPath,
         if (!bm)
           return std::nullopt;
         rt::Match m;
-        for (const rt::TensorListing &t : rt::listTensors(bm->layout, {})) {
-          ++m.expected;
+        m.params = bm->layout.params.size();
+        for (const rt::TensorListing &t : rt::listTensors(bm->layout, {}))
           m.present += ckpt.count(t.name);
-        }
         return m;
       });
   if (!settled)

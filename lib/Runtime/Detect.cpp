@@ -32,8 +32,8 @@ std::optional<Settlement> mdl::rt::settle(
   auto better = [](const Tried &a, const Tried &b) {
     if (a.m->present != b.m->present)
       return a.m->present > b.m->present;
-    if (a.m->expected != b.m->expected)
-      return a.m->expected < b.m->expected;
+    if (a.m->params != b.m->params)
+      return a.m->params < b.m->params;
     return a.defaults > b.defaults;
   };
   for (Tried &t : tried) {
@@ -54,7 +54,7 @@ std::optional<Settlement> mdl::rt::settle(
       if (t.pick[i] != best->pick[i])
         ++differs, at = i;
     if (differs == 1 && (t.m->present != best->m->present ||
-                         t.m->expected != best->m->expected))
+                         t.m->params != best->m->params))
       s.decisive[at] = true;
   }
   return s;
@@ -175,10 +175,9 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
         if (!b)
           return std::nullopt;
         Match out;
-        for (const RankTensor &t : b->rankTensors(ParallelConfig(), 0)) {
-          ++out.expected;
+        out.params = b->layout().params.size();
+        for (const RankTensor &t : b->rankTensors(ParallelConfig(), 0))
           out.present += holds(t.name);
-        }
         return out;
       });
   if (!s) {

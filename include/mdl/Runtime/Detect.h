@@ -4,9 +4,11 @@
 // (packed or per-expert experts, the text model's prefix) and config entries
 // marked `detect` whose keys the config lacks (Qwen3-Next's MTP depth). With
 // a checkpoint at hand, every combination is tried and the one under which
-// the checkpoint holds the most of what is expected wins; then the one that
-// expects the fewest tensors (nothing is promised that is not there); then
-// the one closest to the defaults (the official release's). The compiler
+// the checkpoint holds the most of the tensors expected wins; then the one
+// whose model has the fewest parameters (no MTP layer is promised that the
+// checkpoint lacks); then the one closest to the defaults (the official
+// release's). Storage choices do not change the parameters, so an absent
+// part's storage stays the default. The compiler
 // (`mdlc check --hf-*`) and generated code (`mdl-convert`) both settle
 // through settle(), each scoring with its own engine. Plain C++17.
 //
@@ -41,15 +43,16 @@ struct Unknown {
 
 /// How well a checkpoint matches one combination.
 struct Match {
-  size_t present = 0;  // expected tensors the checkpoint holds
-  size_t expected = 0; // tensors expected
+  size_t present = 0; // expected tensors the checkpoint holds
+  size_t params = 0;  // parameters of the model
 };
 
 struct Settlement {
   /// The option picked for each unknown.
   std::vector<size_t> pick;
   /// Whether the checkpoint decided it: another option alone matches
-  /// differently.
+  /// differently (holds another number of tensors, or has another number
+  /// of parameters).
   std::vector<bool> decisive;
 };
 
