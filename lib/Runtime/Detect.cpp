@@ -97,9 +97,9 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
     HFConfig asked = config;
     for (const auto &[k, v] : overrides)
       asked.addOverride(k, v);
-    for (const ValueDecl &v : model.modules.front().values) {
-      if (!v.detect || v.detectKeys.empty() ||
-          std::any_of(v.detectKeys.begin(), v.detectKeys.end(),
+    for (const ModuleDecl::Detectable &v : model.modules.front().detectable) {
+      if (v.keys.empty() ||
+          std::any_of(v.keys.begin(), v.keys.end(),
                       [&](const std::string &k) {
                         const json::Value *j = asked.lookup(k);
                         return j && j->kind() != json::Value::Null;
@@ -109,13 +109,13 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
       u.entry = true;
       // Overridden through its shortest key, which every root's ends in.
       u.name = *std::min_element(
-          v.detectKeys.begin(), v.detectKeys.end(),
+          v.keys.begin(), v.keys.end(),
           [](const std::string &a, const std::string &b) {
             return a.size() < b.size();
           });
       Value dflt = plain->root().get(v.name);
       Eval e(plain->root());
-      std::vector<Value> candidates = e.present(v.detect(e)).list;
+      std::vector<Value> candidates = e.present(v.candidates(e)).list;
       if (std::find(candidates.begin(), candidates.end(), dflt) ==
           candidates.end())
         candidates.insert(candidates.begin(), dflt);

@@ -354,9 +354,8 @@ void Emitter::emitModule(ModuleDeclOp m, raw_ostream &os) {
             return;
           std::vector<std::string> keys;
           c.getValue().walk([&](HfOp h) { keys.push_back(h.getPath().str()); });
-          os << "    m.values.back().detect = " << fn(c.getDetect()) << ";\n";
-          os << "    m.values.back().detectKeys = " << stringList(keys)
-             << ";\n";
+          os << "    m.detectable.push_back({" << quote(c.getSymName()) << ", "
+             << fn(c.getDetect()) << ", " << stringList(keys) << "});\n";
         })
         .Case<LetOp>([&](LetOp l) {
           value("Let", l.getSymName(), fn(l.getValue()));
