@@ -48,10 +48,6 @@ struct ValueDecl {
   /// A factored dimension's factors (then `expr` is null).
   std::vector<std::string> factors;
   std::string where; // "file:line:col"
-  /// A config entry's `detect` candidates (a list), and the hf() paths its
-  /// value reads: a checkpoint settles it when the config holds none.
-  Expr detect = nullptr;
-  std::vector<std::string> detectKeys;
 };
 
 struct ParamDecl {
@@ -113,6 +109,15 @@ struct ModuleDecl {
   std::vector<std::string> first, last;
   std::string stages;
   std::vector<std::pair<std::string, std::string>> fallbacks;
+  /// A model's config entries marked `detect`: the candidates (a list),
+  /// and the hf() paths the entry's value reads. A checkpoint settles the
+  /// entry when the config holds none of them.
+  struct Detectable {
+    std::string name;
+    Expr candidates = nullptr;
+    std::vector<std::string> keys;
+  };
+  std::vector<Detectable> detectable;
 };
 
 /// A piece of a name template: text, a family dimension, a value, or the
