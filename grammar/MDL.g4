@@ -47,7 +47,9 @@ member
   ;
 
 configBlock : 'config' ('from' STRING (',' STRING)*)? '{' (configEntry | requireDecl)* '}' ;
-configEntry : name ':' typeRef '=' expr ';' ;
+// `detect [0, 1]`: when the config holds none of the keys the entry reads, a
+// checkpoint settles it among these candidates.
+configEntry : name ':' typeRef '=' expr ('detect' expr)? ';' ;
 exampleDecl : 'example' STRING (',' STRING)* ';' ;
 letDecl     : 'let' name (':' typeRef)? '=' expr ';' ;
 requireDecl : 'require' expr ':' STRING ';' ;
@@ -135,6 +137,7 @@ layoutEntry
   | 'derived' STRING 'from' qualifiedName (',' qualifiedName)*
       recomputeClause? whenClause? ';'                             # derivedEntry
   | letDecl                                                        # layoutLet
+  | 'choice' name '=' expr ';'                                     # choiceDefault
   ;
 forClause : 'for' name '[' name ']' ;
 replicateClause : 'replicate' ;
@@ -229,7 +232,7 @@ name
   | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'scale' | 'pipeline' | 'extends'
-  | 'from' | 'dtype' | 'choice' | 'deploy'
+  | 'from' | 'dtype' | 'choice' | 'deploy' | 'detect'
   ;
 
 INT     : [0-9]+ ;

@@ -278,6 +278,10 @@ void Dumper::member(const Member *m) {
       for (size_t i = 0; i < x->roots.size(); ++i)
         os << (i ? ", \"" : " \"") << x->roots[i] << "\"";
     }
+    if (x->detect) {
+      os << " detect ";
+      expr(x->detect.get());
+    }
     break;
   }
   case Member::Deploy: {
@@ -543,6 +547,9 @@ void Dumper::decl(const Decl *d) {
           for (size_t i = 0; i < dv->recompute.size(); ++i)
             os << (i ? ", " : " ") << dv->recompute[i].name;
         }
+      } else if (auto *ch = dyn_cast<ChoiceDefaultEntry>(e.get())) {
+        os << "ChoiceDefault " << ch->name.name << " = ";
+        expr(ch->value.get());
       } else {
         auto *let = cast<LayoutLetEntry>(e.get());
         os << "Let " << let->let->name.name << " = ";

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringExtras.h"
 #include <algorithm>
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
@@ -866,23 +867,60 @@ LogicalResult Binder::bindBlockScales() {
 
 } // namespace
 
+std::optional<std::map<std::string, std::string>>
+mdl::defaultChoices(Instantiation &inst, const Backend &backend) {
+  std::map<std::string, std::string> out;
+  std::vector<std::pair<std::string, std::vector<std::string>>> all =
+      backend.choices();
+  for (const auto &[name, options] : all)
+    out[name] = options.front();
+  LayoutOp layout = backend.layoutFor(inst.model);
+  if (!layout)
+    return out;
+  for (auto d : layout.getBodyBlock().getOps<ChoiceDefaultOp>()) {
+    auto it = llvm::find_if(
+        all, [&](const auto &c) { return c.first == d.getChoice(); });
+    if (it == all.end())
+      continue;
+    FailureOr<EvalValue> v =
+        inst.root->evalOne(d.getValue(), EvalValue::string(""));
+    if (failed(v))
+      return std::nullopt;
+    if (!llvm::is_contained(it->second, v->s)) {
+      d.emitError() << "the default of choice '" << d.getChoice() << "' is '"
+                    << v->s << "', which is not one of its options ("
+                    << llvm::join(it->second, ", ") << ")";
+      return std::nullopt;
+    }
+    out[it->first] = v->s;
+  }
+  return out;
+}
+
 std::unique_ptr<BoundModel>
 mdl::bindModel(Instantiation &inst, const Backend &backend,
                const std::map<std::string, std::string> &choices) {
   auto out = std::make_unique<BoundModel>();
   out->choices = std::make_shared<llvm::StringMap<std::string>>();
-  for (auto &[name, options] : backend.choices()) {
+  std::optional<std::map<std::string, std::string>> defaults =
+      defaultChoices(inst, backend);
+  if (!defaults)
+    return nullptr;
+  std::map<std::string, std::vector<std::string>> options;
+  for (auto &[name, values] : backend.choices())
+    options[name] = values;
+  for (auto &[name, value] : *defaults) {
     auto it = choices.find(name);
-    if (it != choices.end() && !llvm::is_contained(options, it->second)) {
+    if (it != choices.end() && !llvm::is_contained(options[name], it->second)) {
       auto diag = emitError(const_cast<BackendOp &>(backend.chain.front()).getLoc())
                   << "backend " << backend.name() << " has no option '"
                   << it->second << "' for choice '" << name << "' (options:";
-      for (const std::string &o : options)
+      for (const std::string &o : options[name])
         diag << " " << o;
       diag << ")";
       return nullptr;
     }
-    (*out->choices)[name] = it != choices.end() ? it->second : options.front();
+    (*out->choices)[name] = it != choices.end() ? it->second : value;
   }
   if (failed(Binder(inst, backend, *out).run()))
     return nullptr;

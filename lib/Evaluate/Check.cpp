@@ -2,6 +2,8 @@
 
 #include "mdl/Evaluate/Check.h"
 
+#include "mdl/Runtime/Detect.h"
+
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringExtras.h"
@@ -253,11 +255,16 @@ static std::string pipelineKey(const ParallelConfig &point) {
 }
 
 /// Every combination of the options of `backend`'s choices, those in
-/// `fixed` as given there; the first is the defaults' (each choice's first
-/// option).
+/// `fixed` as given there; the first is the defaults' (as the model's
+/// layout gives them, else each choice's first option).
 static std::vector<std::map<std::string, std::string>>
-choiceCombinations(const Backend &backend,
+choiceCombinations(Instantiation &inst, const Backend &backend,
                    const std::map<std::string, std::string> &fixed) {
+  // A default that fails to evaluate is the binding's to report.
+  std::map<std::string, std::string> defaults;
+  if (std::optional<std::map<std::string, std::string>> d =
+          defaultChoices(inst, backend))
+    defaults = std::move(*d);
   std::vector<std::map<std::string, std::string>> combos = {{}};
   for (const auto &[name, options] : backend.choices()) {
     std::vector<std::map<std::string, std::string>> next;
@@ -265,6 +272,9 @@ choiceCombinations(const Backend &backend,
     // A fixed value that is no option stays, for the binding to refuse.
     std::vector<std::string> values =
         it == fixed.end() ? options : std::vector<std::string>{it->second};
+    auto dflt = llvm::find(values, defaults[name]);
+    if (dflt != values.end())
+      std::rotate(values.begin(), dflt, dflt + 1);
     for (const auto &combo : combos)
       for (const std::string &o : values) {
         next.push_back(combo);
@@ -275,36 +285,208 @@ choiceCombinations(const Backend &backend,
   return combos;
 }
 
-/// The choices of `combo` that are not their defaults nor fixed by the
-/// options, as `name=value` words: where a finding occurs.
-static std::string choiceLabel(const Backend &backend,
-                               const std::map<std::string, std::string> &combo,
-                               const std::map<std::string, std::string> &fixed) {
+/// The choices of `combo` that differ from `defaults`, as `name=value`
+/// words: where a finding occurs.
+static std::string
+choiceLabel(const std::map<std::string, std::string> &combo,
+            const std::map<std::string, std::string> &defaults) {
   std::string out;
-  for (const auto &[name, options] : backend.choices()) {
-    auto it = combo.find(name);
-    if (it != combo.end() && !fixed.count(name) && it->second != options.front())
-      out += (out.empty() ? "" : " ") + name + "=" + it->second;
-  }
+  for (const auto &[name, value] : combo)
+    if (defaults.at(name) != value)
+      out += (out.empty() ? "" : " ") + name + "=" + value;
   return out;
 }
+
+namespace {
+
+/// What a checkpoint settles that the config leaves open: the backend's
+/// choices and the config entries marked `detect`. The compiler's engine,
+/// by the rules generated code follows (rt::detectCheckpoint): both settle
+/// through rt::settle.
+struct Detected {
+  std::vector<std::pair<std::string, std::string>> values;
+  std::map<std::string, std::string> choices;
+  std::string note;
+};
+
+std::optional<Detected>
+detectCheckpoint(ModuleDeclOp model, const std::string &configPath,
+                 const std::vector<std::string> &sets, const Backend &backend,
+                 const std::map<std::string, std::string> &fixed,
+                 const CheckpointContents &ckpt) {
+  MLIRContext &ctx = *model.getContext();
+  // Errors are the main instantiation's to report.
+  ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
+  std::unique_ptr<HFConfig> config = HFConfig::load(configPath, ctx);
+  std::unique_ptr<Instantiation> plain =
+      config ? Instantiation::create(model, *config) : nullptr;
+  // Entries the overrides give are not open.
+  std::unique_ptr<HFConfig> asked = HFConfig::load(configPath, ctx);
+  if (!plain || !asked)
+    return std::nullopt;
+  for (const std::string &s : sets)
+    asked->addOverride(s.substr(0, s.find('=')), s.substr(s.find('=') + 1));
+  std::vector<rt::Unknown> unknowns;
+  std::optional<std::map<std::string, std::string>> defaults =
+      defaultChoices(*plain, backend);
+  if (!defaults)
+    return std::nullopt;
+  for (auto &[name, options] : backend.choices())
+    if (!fixed.count(name))
+      unknowns.push_back(
+          {name, options,
+           size_t(llvm::find(options, (*defaults)[name]) - options.begin()),
+           false});
+  for (auto c : model.getBodyBlock().getOps<ConfigOp>()) {
+    std::vector<std::string> keys;
+    c.getValue().walk([&](HfOp h) { keys.push_back(h.getPath().str()); });
+    if (c.getDetect().empty() || keys.empty() ||
+        llvm::any_of(keys, [&](const std::string &k) {
+          const json::Value *j = asked->lookup(k);
+          return j && j->kind() != json::Value::Null;
+        }))
+      continue;
+    rt::Unknown u;
+    u.entry = true;
+    u.name = *std::min_element(keys.begin(), keys.end(),
+                               [](const std::string &a, const std::string &b) {
+                                 return a.size() < b.size();
+                               });
+    FailureOr<EvalValue> dflt = plain->root->get(c.getSymName(), c.getLoc());
+    FailureOr<EvalValue> candidates =
+        plain->root->evalOne(c.getDetect(), EvalValue::listOf({}));
+    if (failed(dflt) || failed(candidates))
+      return std::nullopt;
+    std::vector<EvalValue> values = candidates->list;
+    if (!llvm::is_contained(values, *dflt))
+      values.insert(values.begin(), *dflt);
+    for (const EvalValue &v : values) {
+      if (v == *dflt)
+        u.dflt = u.options.size();
+      u.options.push_back(json::write(toJson(v)));
+    }
+    unknowns.push_back(std::move(u));
+  }
+
+  // One instance per combination of entry values.
+  std::map<std::vector<size_t>,
+           std::pair<std::unique_ptr<HFConfig>, std::unique_ptr<Instantiation>>>
+      insts;
+  auto instFor = [&](const std::vector<size_t> &pick) -> Instantiation * {
+    std::vector<size_t> key;
+    for (size_t i = 0; i < unknowns.size(); ++i)
+      if (unknowns[i].entry)
+        key.push_back(pick[i]);
+    if (llvm::all_of(llvm::zip(unknowns, pick), [](auto up) {
+          return !std::get<0>(up).entry ||
+                 std::get<1>(up) == std::get<0>(up).dflt;
+        }))
+      return plain.get();
+    auto [it, fresh] = insts.try_emplace(key);
+    auto &[cfg, instance] = it->second;
+    if (fresh && (cfg = HFConfig::load(configPath, ctx))) {
+      for (size_t i = 0; i < unknowns.size(); ++i)
+        if (unknowns[i].entry)
+          cfg->addOverride(unknowns[i].name, unknowns[i].options[pick[i]]);
+      instance = Instantiation::create(model, *cfg);
+    }
+    return instance.get();
+  };
+  auto choicesFor = [&](const std::vector<size_t> &pick) {
+    std::map<std::string, std::string> out = fixed;
+    for (size_t i = 0; i < unknowns.size(); ++i)
+      if (!unknowns[i].entry)
+        out[unknowns[i].name] = unknowns[i].options[pick[i]];
+    return out;
+  };
+  std::optional<rt::Settlement> settled = rt::settle(
+      unknowns, [&](const std::vector<size_t> &pick) -> std::optional<rt::Match> {
+        Instantiation *inst = instFor(pick);
+        std::unique_ptr<BoundModel> bm =
+            inst ? bindModel(*inst, backend, choicesFor(pick)) : nullptr;
+        if (!bm)
+          return std::nullopt;
+        rt::Match m;
+        m.params = bm->layout.params.size();
+        for (const rt::TensorListing &t : rt::listTensors(bm->layout, {}))
+          m.present += ckpt.count(t.name);
+        return m;
+      });
+  if (!settled)
+    return std::nullopt;
+  Detected d;
+  d.choices = choicesFor(settled->pick);
+  for (size_t i = 0; i < unknowns.size(); ++i)
+    if (unknowns[i].entry)
+      d.values.push_back({unknowns[i].name, unknowns[i].options[settled->pick[i]]});
+  d.note = rt::detectedNote(unknowns, *settled);
+  return d;
+}
+
+std::set<std::string> tensorNames(const BoundModel &bm) {
+  std::set<std::string> out;
+  for (const rt::TensorListing &t : rt::listTensors(bm.layout, {}))
+    out.insert(t.name);
+  return out;
+}
+
+} // namespace
 
 void CheckSession::checkModel(
     ModuleDeclOp model, const std::string &configPath,
     const std::map<std::string, std::vector<int64_t>> &grid) {
   MLIRContext &ctx = *model.getContext();
+  std::map<std::string, std::string> choices;
+  for (const std::string &c : opts.choices) {
+    size_t eq = c.find('=');
+    choices[c.substr(0, eq)] = c.substr(eq + 1);
+  }
+  // With a checkpoint, what the config leaves open is what it holds.
+  std::optional<Detected> detected;
+  std::unique_ptr<Backend> ckptBackend;
+  if (opts.checkpoint.kind != CheckpointSource::None) {
+    if (!checkpoint) {
+      llvm::Expected<CheckpointContents> read =
+          readCheckpointContents(opts.checkpoint);
+      if (!read) {
+        model.emitError() << llvm::toString(read.takeError())
+                          << " [checkpoint-read]";
+        ok = false;
+        return;
+      }
+      checkpoint = std::move(*read);
+    }
+    {
+      TagErrors tag(ctx, "bind");
+      ckptBackend = Backend::lookup(model, opts.checkpointBackend);
+    }
+    if (!ckptBackend) {
+      ok = false;
+      return;
+    }
+    detected = detectCheckpoint(model, configPath, opts.sets, *ckptBackend,
+                                choices, *checkpoint);
+  }
+  auto load = [&](bool withSets) {
+    std::unique_ptr<HFConfig> c = HFConfig::load(configPath, ctx);
+    if (c && detected)
+      for (const auto &[k, v] : detected->values)
+        c->addOverride(k, v);
+    if (c && withSets)
+      for (const std::string &s : opts.sets) {
+        size_t eq = s.find('=');
+        c->addOverride(s.substr(0, eq), s.substr(eq + 1));
+      }
+    return c;
+  };
   std::unique_ptr<HFConfig> config;
   {
     TagErrors tag(ctx, "config");
-    config = HFConfig::load(configPath, ctx);
+    config = load(true);
   }
   if (!config) {
     ok = false;
     return;
-  }
-  for (const std::string &s : opts.sets) {
-    size_t eq = s.find('=');
-    config->addOverride(s.substr(0, eq), s.substr(eq + 1));
   }
   std::unique_ptr<Instantiation> inst;
   {
@@ -318,8 +500,9 @@ void CheckSession::checkModel(
   std::string modelName = model.getSymName().str();
 
   // Overrides may lower a depth, never raise it past the checkpoint's.
+  Instantiation *held = inst.get();
   if (!opts.sets.empty()) {
-    std::unique_ptr<HFConfig> plain = HFConfig::load(configPath, ctx);
+    std::unique_ptr<HFConfig> plain = load(false);
     ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
     std::unique_ptr<Instantiation> orig =
         plain ? Instantiation::create(model, *plain) : nullptr;
@@ -330,12 +513,15 @@ void CheckSession::checkModel(
                            configPath, "", 0},
                           "");
                     });
+    held = orig.get();
     configs.push_back(std::move(plain));
     insts.push_back(std::move(orig));
   }
 
-  if (opts.checkpoint.kind != CheckpointSource::None)
-    checkCheckpoint(model, *inst, configPath);
+  if (ckptBackend)
+    checkCheckpoint(model, *inst, held, *ckptBackend, configPath,
+                    detected ? detected->choices : choices,
+                    detected ? detected->note : "");
 
   std::vector<std::string> backends = opts.backends;
   if (backends.empty()) {
@@ -346,12 +532,6 @@ void CheckSession::checkModel(
           }))
         backends.push_back(b.getSymName().str());
   }
-  std::map<std::string, std::string> choices;
-  for (const std::string &c : opts.choices) {
-    size_t eq = c.find('=');
-    choices[c.substr(0, eq)] = c.substr(eq + 1);
-  }
-
   std::vector<ParallelConfig> points = rt::expandGrid(grid);
   if (backends.empty()) {
     Summary sum;
@@ -376,10 +556,10 @@ void CheckSession::checkModel(
     // Every combination of the backend's choices is checked; the defaults'
     // (the first) gives the summary.
     std::vector<std::map<std::string, std::string>> combos =
-        choiceCombinations(*backend, choices);
+        choiceCombinations(*inst, *backend, choices);
     for (size_t ci = 0; ci < combos.size(); ++ci)
       checkBinding(model, *inst, *backend, combos[ci],
-                   ci ? choiceLabel(*backend, combos[ci], choices) : "",
+                   choiceLabel(combos[ci], combos.front()),
                    configPath, points, /*summarize=*/ci == 0);
   }
 
@@ -411,7 +591,7 @@ void CheckSession::checkModel(
         ScopedDiagnosticHandler quiet(&ctx,
                                       [](Diagnostic &) { return success(); });
         bm = bindModel(*two, *backend,
-                       choiceCombinations(*backend, choices).front());
+                       choiceCombinations(*two, *backend, choices).front());
       }
       if (!bm)
         continue;
@@ -599,7 +779,8 @@ void CheckSession::checkDeploy(ModuleDeclOp model, DeployOp deploy,
       ok = false;
       return;
     }
-    bm = bindModel(inst, *backend, choiceCombinations(*backend, choices).front());
+    bm = bindModel(inst, *backend,
+                   choiceCombinations(inst, *backend, choices).front());
   }
   if (!bm) {
     ok = false;
@@ -623,65 +804,32 @@ void CheckSession::checkDeploy(ModuleDeclOp model, DeployOp deploy,
   bound.push_back(std::move(bm));
 }
 
-void CheckSession::checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
-                                   const std::string &configPath) {
-  if (!checkpoint) {
-    llvm::Expected<CheckpointContents> read =
-        readCheckpointContents(opts.checkpoint);
-    if (!read) {
-      model.emitError() << llvm::toString(read.takeError())
-                        << " [checkpoint-read]";
-      ok = false;
-      return;
-    }
-    checkpoint = std::move(*read);
+void CheckSession::checkCheckpoint(
+    ModuleDeclOp model, Instantiation &inst, Instantiation *held,
+    const Backend &backend, const std::string &configPath,
+    const std::map<std::string, std::string> &choices,
+    const std::string &detected) {
+  std::unique_ptr<BoundModel> best;
+  {
+    TagErrors tag(*model.getContext(), "bind");
+    best = bindModel(inst, backend, choices);
   }
-  TagErrors tag(*model.getContext(), "bind");
-  std::unique_ptr<Backend> backend =
-      Backend::lookup(model, opts.checkpointBackend);
-  if (!backend) {
+  if (!best) {
     ok = false;
     return;
   }
-  // Storage variants the options leave open are read from the checkpoint:
-  // the combination under which it holds the most expected tensors.
-  std::map<std::string, std::string> fixed;
-  for (const std::string &c : opts.choices)
-    fixed[c.substr(0, c.find('='))] = c.substr(c.find('=') + 1);
-  std::vector<std::map<std::string, std::string>> combos =
-      choiceCombinations(*backend, fixed);
-  std::vector<std::string> detected;
-  for (const auto &[name, options] : backend->choices())
-    if (!fixed.count(name))
-      detected.push_back(name);
-  std::unique_ptr<BoundModel> best;
-  size_t bestPresent = 0;
-  std::vector<size_t> present;
-  for (const auto &combo : combos) {
-    std::unique_ptr<BoundModel> bm = bindModel(inst, *backend, combo);
-    if (!bm) {
-      ok = false;
-      return;
+  // The tensors of stack elements the overrides leave out are skipped.
+  std::set<std::string> dropped;
+  if (held && held != &inst)
+    if (std::unique_ptr<BoundModel> all = bindModel(*held, backend, choices)) {
+      dropped = tensorNames(*all);
+      for (const std::string &name : tensorNames(*best))
+        dropped.erase(name);
+      bound.push_back(std::move(all));
     }
-    present.push_back(countPresent(*bm, *checkpoint));
-    if (!best || present.back() > bestPresent)
-      best = std::move(bm), bestPresent = present.back();
-  }
-  // A choice is detected when changing it alone changes what matches.
-  auto decisive = [&](const std::string &name) {
-    for (size_t a = 0; a < combos.size(); ++a)
-      for (size_t b = 0; b < combos.size(); ++b) {
-        bool onlyIt = true;
-        for (const auto &[k, v] : combos[a])
-          onlyIt &= (k == name) != (combos[b].at(k) == v);
-        if (onlyIt && present[a] != present[b])
-          return true;
-      }
-    return false;
-  };
   std::string modelName = model.getSymName().str();
   for (CheckpointFinding &f :
-       compareCheckpoint(*best, *checkpoint, model, configPath))
+       compareCheckpoint(*best, *checkpoint, model, configPath, dropped))
     add({std::move(f.check), std::move(f.message), f.at, modelName,
          opts.checkpointBackend, configPath, "", 0},
         "");
@@ -696,12 +844,16 @@ void CheckSession::checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
   size_t expected = rt::listTensors(best->layout, {}).size();
   sum.note = "checkpoint " + opts.checkpoint.path + ": " +
              std::to_string(checkpoint->size()) + " tensors, " +
-             std::to_string(bestPresent) + " of the " +
+             std::to_string(countPresent(*best, *checkpoint)) + " of the " +
              std::to_string(expected) + " " + opts.checkpointBackend +
              " expects";
-  for (const std::string &name : detected)
-    if (decisive(name))
-      sum.note += ", " + name + "=" + best->layout.choices[name] + " (detected)";
+  size_t skipped = 0;
+  for (const std::string &name : dropped)
+    skipped += checkpoint->count(name);
+  if (skipped)
+    sum.note += ", " + std::to_string(skipped) + " left out by the overrides";
+  if (!detected.empty())
+    sum.note += ", " + detected;
   sums.push_back(std::move(sum));
   bound.push_back(std::move(best));
 }

@@ -139,8 +139,10 @@ size_t likeness(StringRef a, StringRef b) {
 class Comparison {
 public:
   Comparison(const BoundModel &bound, const CheckpointContents &ckpt,
-             ModuleDeclOp model, StringRef configPath)
-      : bound(bound), ckpt(ckpt), model(model), configPath(configPath) {}
+             ModuleDeclOp model, StringRef configPath,
+             const std::set<std::string> &dropped)
+      : bound(bound), ckpt(ckpt), model(model), configPath(configPath),
+        dropped(dropped) {}
 
   std::vector<CheckpointFinding> run() {
     expected = rt::listTensors(bound.layout, {});
@@ -181,7 +183,7 @@ public:
                at(t));
     }
     for (const auto &entry : ckpt)
-      if (!names.count(entry.first))
+      if (!names.count(entry.first) && !dropped.count(entry.first))
         unexpected.insert(entry.first);
 
     reportAbsentParts(*rootOf());
@@ -328,6 +330,7 @@ private:
   const CheckpointContents &ckpt;
   ModuleDeclOp model;
   std::string configPath;
+  const std::set<std::string> &dropped;
   std::vector<rt::TensorListing> expected;
   std::vector<size_t> missing;
   std::set<std::string> unexpected;
@@ -342,8 +345,9 @@ private:
 
 std::vector<CheckpointFinding>
 mdl::compareCheckpoint(const BoundModel &bound, const CheckpointContents &ckpt,
-                       ModuleDeclOp model, StringRef configPath) {
+                       ModuleDeclOp model, StringRef configPath,
+                       const std::set<std::string> &dropped) {
   if (bound.tensorNodes.empty())
     return {};
-  return Comparison(bound, ckpt, model, configPath).run();
+  return Comparison(bound, ckpt, model, configPath, dropped).run();
 }

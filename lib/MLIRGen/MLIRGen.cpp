@@ -358,6 +358,8 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
     configRoots = c->roots;
     yieldRegion(op.getValue(), {c->value.get()});
     configRoots.clear();
+    if (c->detect)
+      yieldRegion(op.getDetect(), {c->detect.get()});
     return;
   }
   case Member::Example:
@@ -737,6 +739,9 @@ void Generator::layout(const LayoutDecl *d) {
           l, dv->name, builder.getStrArrayAttr(srcRefs), recompute);
       if (dv->when)
         yieldRegion(op.getWhen(), {dv->when.get()});
+    } else if (auto *ch = dyn_cast<ChoiceDefaultEntry>(entry.get())) {
+      auto op = builder.create<ChoiceDefaultOp>(l, ch->name.name);
+      yieldRegion(op.getValue(), {ch->value.get()});
     } else {
       auto *let = cast<LayoutLetEntry>(entry.get());
       auto op = builder.create<LetOp>(l, let->let->name.name,

@@ -492,9 +492,11 @@ void ASTBuilder::members(const std::vector<P::MemberContext *> &cs,
       for (auto *child : cfg->children) {
         if (auto *e = dynamic_cast<P::ConfigEntryContext *>(child)) {
           auto c = std::make_unique<ConfigMember>(
-              ident(e->name()), type(e->typeRef()), expr(e->expr()),
+              ident(e->name()), type(e->typeRef()), expr(e->expr(0)),
               range(e));
           c->roots = roots;
+          if (e->expr().size() > 1)
+            c->detect = expr(e->expr(1));
           out.push_back(std::move(c));
         }
         else if (auto *rq = dynamic_cast<P::RequireDeclContext *>(child))
@@ -842,6 +844,9 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
       e->when = expr(x->whenClause()->expr());
     return e;
   }
+  if (auto *x = dynamic_cast<P::ChoiceDefaultContext *>(c))
+    return std::make_unique<ChoiceDefaultEntry>(ident(x->name()),
+                                                expr(x->expr()), r);
   auto *x = static_cast<P::LayoutLetContext *>(c);
   return std::make_unique<LayoutLetEntry>(let(x->letDecl()), r);
 }

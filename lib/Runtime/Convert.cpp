@@ -417,7 +417,8 @@ static std::string shapeText(const std::vector<int64_t> &shape) {
 }
 
 bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
-                          std::string &error) {
+                          std::string &error,
+                          const std::set<std::string> &dropped) {
   std::set<std::string> expected;
   for (const RankTensor &t : from.rankTensors(fromConfig, rank)) {
     expected.insert(t.name);
@@ -452,7 +453,7 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
     }
   }
   for (const auto &[name, ref] : ckpt->tensors())
-    if (!expected.count(name)) {
+    if (!expected.count(name) && !dropped.count(name)) {
       error = "the checkpoint of rank " + std::to_string(rank) +
               " holds tensor '" + name + "', which " + from.layout().model +
               " on " + from.layout().backend + " does not describe there";

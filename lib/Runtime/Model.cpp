@@ -986,26 +986,60 @@ private:
 
 } // namespace
 
+std::map<std::string, std::string>
+mdl::rt::defaultChoices(Model &model, const BackendDecl &backend) {
+  std::map<std::string, std::string> out;
+  for (const auto &[name, options] : backend.choices)
+    out[name] = options.front();
+  for (const LayoutDecl &l : backend.layouts) {
+    if (l.module != model.root().module->name)
+      continue;
+    for (const LayoutDecl::ChoiceDefault &d : l.choiceDefaults) {
+      auto it = std::find_if(backend.choices.begin(), backend.choices.end(),
+                             [&](const auto &c) { return c.first == d.choice; });
+      if (it == backend.choices.end())
+        continue;
+      std::string value =
+          at(d.where, [&] { return evalOne(model.root(), d.value, {}).s; });
+      if (std::find(it->second.begin(), it->second.end(), value) ==
+          it->second.end()) {
+        std::string options;
+        for (const std::string &o : it->second)
+          options += (options.empty() ? "" : ", ") + o;
+        fail(d.where, "the default of choice '" + d.choice + "' is '" + value +
+                          "', which is not one of its options (" + options +
+                          ")");
+      }
+      out[d.choice] = value;
+    }
+  }
+  return out;
+}
+
 std::optional<BoundLayout>
 mdl::rt::bindModel(Model &model, const BackendDecl &backend,
                    const std::map<std::string, std::string> &choices,
                    std::string &error) {
   auto bound = std::make_shared<std::map<std::string, std::string>>();
-  for (const auto &[name, options] : backend.choices) {
-    auto it = choices.find(name);
-    if (it != choices.end() &&
-        std::find(options.begin(), options.end(), it->second) == options.end()) {
-      error = "backend " + backend.name + " has no option '" + it->second +
-              "' for choice '" + name + "' (options:";
-      for (const std::string &o : options)
-        error += " " + o;
-      error += ")";
-      return std::nullopt;
-    }
-    (*bound)[name] = it != choices.end() ? it->second : options.front();
+  for (const auto &[name, value] : choices) {
+    auto it = std::find_if(backend.choices.begin(), backend.choices.end(),
+                           [&](const auto &c) { return c.first == name; });
+    if (it == backend.choices.end() ||
+        std::find(it->second.begin(), it->second.end(), value) != it->second.end())
+      continue;
+    error = "backend " + backend.name + " has no option '" + value +
+            "' for choice '" + name + "' (options:";
+    for (const std::string &o : it->second)
+      error += " " + o;
+    error += ")";
+    return std::nullopt;
   }
   BoundLayout out;
   try {
+    *bound = defaultChoices(model, backend);
+    for (const auto &[name, value] : choices)
+      if (bound->count(name))
+        (*bound)[name] = value;
     Binder(model, backend, bound, out).run();
   } catch (EvalError &e) {
     error = e.message;

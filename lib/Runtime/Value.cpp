@@ -279,6 +279,13 @@ bool mdl::rt::applyBuiltin(std::string_view name,
     out = Value::integer(total);
     return true;
   }
+  if (name == "ends_with") {
+    const std::string &text = args[0].s, &suffix = args[1].s;
+    out = Value::boolean(text.size() >= suffix.size() &&
+                         text.compare(text.size() - suffix.size(),
+                                      suffix.size(), suffix) == 0);
+    return true;
+  }
   if (name == "primes") {
     // The first `count` primes from `start` on, by trial division: meant
     // for the few hash sizes of n-gram tables, so both are bounded.

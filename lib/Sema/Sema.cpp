@@ -45,6 +45,7 @@ constexpr BuiltinInfo kBuiltins[] = {
     {Builtin::Str, "str"},     {Builtin::Pad, "pad"},
     {Builtin::DType, "dtype"}, {Builtin::Size, "size"},
     {Builtin::Sum, "sum"},     {Builtin::Primes, "primes"},
+    {Builtin::EndsWith, "ends_with"},
 };
 constexpr const char *kClassRoles[] = {
     "column", "column_norm", "row", "replicated", "grouped_column",
@@ -181,6 +182,10 @@ struct ExprEnv {
   bool allowHf = false;
   bool allowContext = false;
   bool allowIs = false;
+  /// How many hf() reads the checked expressions hold.
+  int hfReads = 0;
+  /// In a choice default, computed before any parallel configuration.
+  bool choiceDefault = false;
   /// Local variables, innermost last.
   std::vector<std::pair<std::string, Type>> locals;
 };
@@ -217,6 +222,10 @@ private:
   void checkCall(const ModuleCall &call, ExprEnv &env);
   void checkValueCycles(const ModuleScope &scope);
   void checkLayout(const LayoutDecl *l);
+  void checkChoiceDefault(const LayoutDecl &l, const ModuleDecl &m,
+                          const ModuleScope &scope,
+                          const ChoiceDefaultEntry &ch,
+                          llvm::StringSet<> &seen);
   void checkTensorEntry(const ModuleScope &scope, const TensorEntry &e,
                         ExprEnv &env);
   void checkTensorEntryBody(const ModuleScope &scope, const TensorEntry &e,
@@ -410,9 +419,15 @@ Type Analyzer::checkName(NameRefExpr *e, ExprEnv &env) {
     }
   if (auto var = parseContextVar(e->name)) {
     if (!env.allowContext) {
-      error(e->getLoc()) << "'" << e->name
-                         << "' is part of the parallel context; only layouts "
-                            "and backends may read it";
+      if (env.choiceDefault)
+        error(e->getLoc()) << "a choice default is computed from the config "
+                              "alone, before any parallel configuration, "
+                              "and cannot read '"
+                           << e->name << "'";
+      else
+        error(e->getLoc()) << "'" << e->name
+                           << "' is part of the parallel context; only "
+                              "layouts and backends may read it";
       return Type();
     }
     e->refKind = NameRefExpr::Context;
@@ -495,6 +510,7 @@ Type Analyzer::checkCallExpr(CallExpr *e, ExprEnv &env, const Type *expected) {
       return Type();
     }
     path->type = strT;
+    ++env.hfReads;
     if (!expected || !expected->isValid() || expected->kind == Type::Any) {
       error(e->getLoc()) << "cannot tell the type of hf(\"" << path->value
                          << "\") here; use it where a type is declared";
@@ -544,6 +560,11 @@ Type Analyzer::checkCallExpr(CallExpr *e, ExprEnv &env, const Type *expected) {
       for (auto &a : e->args)
         expect(a.get(), env, intT, "an argument of primes()");
     return Type::listOf(intT);
+  case Builtin::EndsWith:
+    if (arity(2, 2))
+      for (auto &a : e->args)
+        expect(a.get(), env, strT, "an argument of ends_with()");
+    return Type::get(Type::Bool);
   case Builtin::Size: {
     if (!arity(1, 1))
       return intT;
@@ -936,6 +957,16 @@ void Analyzer::checkMember(const ModuleDecl *m, const Member *mem) {
     env.allowHf = true;
     expect(c->value.get(), env, c->type,
            "config entry '" + c->name.name + "'");
+    if (c->detect) {
+      // A checkpoint settles the entry only where the config is silent.
+      if (env.hfReads == 0)
+        error(c->detect->getLoc())
+            << "config entry '" << c->name.name
+            << "' reads no hf() key, so no config leaves it open to detect";
+      env.allowHf = false;
+      expect(c->detect.get(), env, Type::listOf(c->type),
+             "the detect candidates of '" + c->name.name + "'");
+    }
     return;
   }
   case Member::Example: {
@@ -1482,6 +1513,53 @@ void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
     expect(e.when.get(), env, Type::get(Type::Bool), "a when condition");
 }
 
+void Analyzer::checkChoiceDefault(const LayoutDecl &l, const ModuleDecl &m,
+                                  const ModuleScope &scope,
+                                  const ChoiceDefaultEntry &ch,
+                                  llvm::StringSet<> &seen) {
+  if (!m.isModel) {
+    error(ch.getLoc()) << "a choice default belongs in a layout of a model, "
+                          "not of module '"
+                       << m.name.name << "'";
+    return;
+  }
+  // The choice, declared by the backend or one of its bases.
+  const BackendEntry *decl = nullptr;
+  llvm::SmallPtrSet<const BackendDecl *, 4> visited;
+  for (auto it = program.backends.find(l.backend.name);
+       !decl && it != program.backends.end() && visited.insert(it->second).second;
+       it = it->second->base ? program.backends.find(it->second->base->name)
+                             : program.backends.end())
+    for (const BackendEntry &e : it->second->entries)
+      if (e.kind == BackendEntry::Choice && e.name.name == ch.name.name)
+        decl = &e;
+  if (!decl) {
+    error(ch.name.loc()) << "backend '" << l.backend.name
+                         << "' has no choice '" << ch.name.name << "'";
+    return;
+  }
+  if (!seen.insert(ch.name.name).second)
+    error(ch.name.loc()) << "choice '" << ch.name.name
+                         << "' has a default in this layout already";
+  // Evaluated against the model's config alone, before any choice is made
+  // and without a parallel configuration.
+  ExprEnv env;
+  env.scope = &scope;
+  env.choiceDefault = true;
+  expect(ch.value.get(), env, Type::get(Type::String),
+         "the default of choice '" + ch.name.name + "'");
+  if (auto *lit = dyn_cast<StringLitExpr>(ch.value.get());
+      lit && llvm::none_of(decl->options, [&](const auto &o) {
+        return o.first == lit->value;
+      })) {
+    std::string options;
+    for (const auto &o : decl->options)
+      options += (options.empty() ? "" : ", ") + o.first;
+    error(lit->getLoc()) << "\"" << lit->value << "\" is not an option of choice '"
+                         << ch.name.name << "' (" << options << ")";
+  }
+}
+
 void Analyzer::checkLayout(const LayoutDecl *l) {
   if (!program.backends.count(l->backend.name))
     error(l->backend.loc()) << "unknown backend '" << l->backend.name << "'";
@@ -1511,7 +1589,7 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
         error(seg.expr->getLoc())
             << "a layout's default mount is a plain name; mount with an "
                "index in the parent's layout instead";
-  llvm::StringSet<> mounted;
+  llvm::StringSet<> mounted, choiceDefaults;
   for (const LayoutEntryPtr &entry : l->entries) {
     if (auto *t = dyn_cast<TensorEntry>(entry.get())) {
       checkTensorEntry(scope, *t, env);
@@ -1577,6 +1655,8 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
                          << "' (known: load, update)";
       if (d->when)
         expect(d->when.get(), env, Type::get(Type::Bool), "a when condition");
+    } else if (auto *ch = dyn_cast<ChoiceDefaultEntry>(entry.get())) {
+      checkChoiceDefault(*l, *mit->second, scope, *ch, choiceDefaults);
     } else {
       auto *let = cast<LayoutLetEntry>(entry.get());
       Type t = let->let->declaredType

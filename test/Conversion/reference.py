@@ -123,6 +123,7 @@ def pad_rows(a, multiple):
 class Reference:
     def __init__(self, model, backend, config, hf, par):
         self.model, self.backend, self.hf, self.par = model, backend, hf, par
+        self.config = config
         self.text = config.get("text_config", config)
         self.vision = config.get("vision_config")
         self.tied = config.get("tie_word_embeddings",
@@ -532,9 +533,13 @@ class Reference:
         t, p, e = self.coords(rank)
         L = tc["num_hidden_layers"]
         q35 = self.model.startswith("qwen3_5") or self.model == "qwen3_next" or self.q38
-        # Qwen3.8's checkpoints are the VL wrapper's (prefixes), without a
-        # vision tower in the spec.
-        vl = self.vision is not None or self.q38
+        # A multimodal architecture (...ForConditionalGeneration) nests the
+        # text model, vision tower or not; without architectures, a vision
+        # config says so. Qwen3.8's checkpoints are the VL wrapper's
+        # (prefixes), without a vision tower in the spec.
+        archs = self.config.get("architectures") or []
+        vl = (archs[0].endswith("ForConditionalGeneration") if archs
+              else self.vision is not None) or self.q38
         hftext = "model.language_model." if vl else "model."
         if self.mcore:
             text = "language_model." if vl else ""

@@ -241,3 +241,50 @@ mdl.layout @b of @c {
   // expected-error@+1 {{'mdl.mount' op a mount path has no family dimensions}}
   mdl.mount @i at ["x.", @i]
 }
+
+// -----
+
+// A choice default belongs in a layout of a model.
+mdl.backend @b mesh [] {
+  mdl.choice @storage ["plain", "packed"]
+}
+mdl.module @c {
+  mdl.input @H : i64 dim
+}
+mdl.layout @b of @c {
+  // expected-error@+1 {{'mdl.choice_default' op sets a choice default in a layout of module 'c', not of a model}}
+  mdl.choice_default @storage {
+    %0 = mdl.constant "plain" : !mdl.string
+    mdl.yield %0 : !mdl.string
+  }
+}
+
+// -----
+
+mdl.backend @b mesh [] {
+  mdl.choice @storage ["plain", "packed"]
+}
+mdl.module model @m {
+}
+mdl.layout @b of @m {
+  // expected-error@+1 {{'mdl.choice_default' op names no choice of backend 'b'}}
+  mdl.choice_default @nesting {
+    %0 = mdl.constant "flat" : !mdl.string
+    mdl.yield %0 : !mdl.string
+  }
+}
+
+// -----
+
+mdl.backend @b mesh [] {
+  mdl.choice @storage ["plain", "packed"]
+}
+mdl.module model @m {
+}
+mdl.layout @b of @m {
+  // expected-error@+1 {{'mdl.choice_default' op value region must yield 1 value(s) of type(s) ('!mdl.string') but yields ('i64')}}
+  mdl.choice_default @storage {
+    %0 = mdl.constant 1 : i64
+    mdl.yield %0 : i64
+  }
+}

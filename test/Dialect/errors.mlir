@@ -330,3 +330,17 @@ mdl.module @m {
   // expected-error@+1 {{'mdl.param' op shape names dimensions by symbol}}
   mdl.param @p : [["H"]]
 }
+
+// -----
+
+// The detect candidates of a config entry are a list of its type.
+mdl.module model @m {
+  // expected-error@+1 {{'mdl.config' op detect region must yield 1 value(s) of type(s) ('!mdl.list<i64>') but yields ('i64')}}
+  mdl.config @x : i64 {
+    %0 = mdl.hf "x" : i64
+    mdl.yield %0 : i64
+  } detect {
+    %0 = mdl.constant 1 : i64
+    mdl.yield %0 : i64
+  }
+}

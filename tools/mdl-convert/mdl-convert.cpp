@@ -14,6 +14,7 @@
 
 #include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/Convert.h"
+#include "mdl/Runtime/Detect.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Progress.h"
 #include "mdl/Runtime/Lora.h"
@@ -52,12 +53,14 @@ Options:
   --rank R            convert only rank R of the target, reading only the
                       source files it needs (ranks convert in parallel)
   --set KEY=VALUE     override a key of config.json (e.g.
-                      --set mtp_num_hidden_layers=0); never more stack
-                      elements (MTP layers) than the checkpoint's config has
+                      --set mtp_num_hidden_layers=0: the tensors of the
+                      dropped MTP layers are skipped); never more stack
+                      elements than the checkpoint holds
   --choice NAME=VALUE a storage variant (e.g. expert_storage=packed); by
-                      default detected from an HF source; or a serving
-                      option (vLLM's lora=off|on, the modules it builds
-                      with LoRA enabled; --adapters selects lora=on)
+                      default detected from an HF source, as are config
+                      values its config leaves open (an MTP depth); or a
+                      serving option (vLLM's lora=off|on, the modules it
+                      builds with LoRA enabled; --adapters selects lora=on)
   --adapters          convert LoRA adapters instead of weights: IN_DIR
                       holds HF-PEFT's adapter_model.safetensors (for hf)
                       or what mdl-convert --adapters wrote; OUT_DIR gets
@@ -68,8 +71,9 @@ Options:
                       so every merged delta W is kept exactly
   --config FILE       the base model's config.json (default:
                       IN_DIR/config.json)
-  --dry-run           print what each target rank would hold (directory,
-                      name, shape, dtype) and write nothing
+  --dry-run           check the source as the conversion does, then print
+                      what each target rank would hold (directory, name,
+                      shape, dtype) and write nothing
   --threads N         worker threads (default: the CPUs this process may
                       use, after its affinity mask and cgroup CPU quota)
   --progress=MODE     tty: one line redrawn with the rate and the time
@@ -430,6 +434,8 @@ int main(int argc, char **argv) {
   // The source: an HF checkpoint, or what mdl-convert wrote.
   ParallelConfig source;
   std::map<std::string, std::string> sourceChoices = choicesGiven;
+  // Config entries the config leaves open, as the checkpoint settles them.
+  std::vector<std::pair<std::string, std::string>> settled;
   if (fromName != "hf") {
     std::string text, error;
     if (!readFile(inDir + "/plan.json", text))
@@ -457,6 +463,10 @@ int main(int argc, char **argv) {
       for (const auto &[k, v] : ch->members())
         if (!sourceChoices.count(k) && v.kind() == json::Value::String)
           sourceChoices[k] = v.asString();
+    // What the HF checkpoint it came from settled is part of its config.
+    if (const json::Value *d = plan->get("detected"))
+      for (const auto &[k, v] : d->members())
+        settled.push_back({k, json::write(v)});
   }
   if (toName == "hf")
     target = ParallelConfig();
@@ -470,51 +480,47 @@ int main(int argc, char **argv) {
   std::optional<HFConfig> plain = HFConfig::load(configPath, error);
   if (!plain)
     return fail(error);
-  HFConfig config = *plain;
-  for (const auto &[k, v] : load.overrides)
-    config.addOverride(k, v);
-  std::shared_ptr<Model> instance = Model::create(any->model, config, error);
-  if (!instance)
-    return fail(error);
-  if (!load.overrides.empty()) {
-    std::unique_ptr<Model> original = Model::create(any->model, *plain, error);
-    if (!original)
-      return fail(error);
-    if (auto deeper =
-            deeperThan(instance->root(), original->root(), configPath))
-      return fail(*deeper);
-  }
+  for (const auto &[k, v] : settled)
+    plain->addOverride(k, v);
 
-  // An HF source's storage variants are read from its files.
+  // The model as the checkpoint holds it. An HF source's storage variants
+  // and open config entries are read from its files.
+  std::shared_ptr<Model> held;
   std::shared_ptr<Checkpoint> hfInput;
+  std::string detected;
   if (fromName == "hf" && !adapters) {
     hfInput = Checkpoint::open(inDir, error);
     if (!hfInput)
       return fail(error);
-    std::vector<std::map<std::string, std::string>> combos = {{}};
-    for (const auto &[name, options] : fromDecl->choices) {
-      std::vector<std::map<std::string, std::string>> next;
-      for (const auto &c : combos)
-        for (const std::string &o : options)
-          if (!choicesGiven.count(name) || choicesGiven[name] == o) {
-            next.push_back(c);
-            next.back()[name] = o;
-          }
-      combos = std::move(next);
-    }
-    size_t best = 0, bestCount = 0;
-    for (size_t i = 0; i < combos.size(); ++i) {
-      std::unique_ptr<Binding> b =
-          Binding::bind(instance, *fromDecl, combos[i], error);
-      if (!b)
-        return fail(error);
-      size_t count = 0;
-      for (const RankTensor &t : b->rankTensors(ParallelConfig(), 0))
-        count += hfInput->find(t.name) != nullptr;
-      if (count > bestCount)
-        best = i, bestCount = count;
-    }
-    sourceChoices = combos.empty() ? choicesGiven : combos[best];
+    std::optional<Detection> d = detectCheckpoint(
+        any->model, *fromDecl, *plain, load.overrides, choicesGiven,
+        [&](const std::string &name) { return hfInput->find(name) != nullptr; },
+        error);
+    if (!d)
+      return fail(error);
+    held = d->model;
+    sourceChoices = d->choices;
+    settled = d->values;
+    detected = d->note;
+  } else {
+    held = Model::create(any->model, *plain, error);
+    if (!held)
+      return fail(error);
+  }
+  // The model asked for: overrides may lower a depth (the dropped
+  // elements' tensors are skipped), never raise it.
+  std::shared_ptr<Model> instance = held;
+  if (!load.overrides.empty()) {
+    HFConfig config = *plain;
+    for (const auto &[k, v] : settled)
+      config.addOverride(k, v);
+    for (const auto &[k, v] : load.overrides)
+      config.addOverride(k, v);
+    instance = Model::create(any->model, config, error);
+    if (!instance)
+      return fail(error);
+    if (auto deeper = deeperThan(instance->root(), held->root(), configPath))
+      return fail(*deeper);
   }
   // Adapters are for the modules a backend builds with LoRA enabled.
   if (adapters)
@@ -530,7 +536,11 @@ int main(int argc, char **argv) {
     selectLoraModules(toDecl->choices, targetChoices);
   std::unique_ptr<Binding> to =
       from ? Binding::bind(instance, *toDecl, targetChoices, error) : nullptr;
-  if (!from || !to)
+  std::unique_ptr<Binding> heldFrom =
+      to && held != instance
+          ? Binding::bind(held, *fromDecl, sourceChoices, error)
+          : nullptr;
+  if (!from || !to || (held != instance && !heldFrom))
     return fail(error);
   for (auto [b, c, name] : {std::tuple{from.get(), source, fromName},
                             std::tuple{to.get(), target, toName}}) {
@@ -547,22 +557,6 @@ int main(int argc, char **argv) {
   if (onlyRank >= ranks)
     return fail("rank " + std::to_string(onlyRank) + " does not exist: " +
                 target.str() + " has " + std::to_string(ranks) + " ranks");
-
-  if (dryRun) {
-    for (int64_t r = 0; r < ranks; ++r) {
-      if (onlyRank >= 0 && r != onlyRank)
-        continue;
-      std::string dir = toName == "hf" ? "." : to->rankDir(target, r);
-      for (const RankTensor &t : to->rankTensors(target, r)) {
-        std::string shape;
-        for (int64_t d : t.shape)
-          shape += (shape.empty() ? "" : ",") + std::to_string(d);
-        std::printf("%s\t%s\t[%s]\t%s\n", dir.c_str(), t.name.c_str(),
-                    shape.c_str(), std::string(safetensorsName(t.dtype)).c_str());
-      }
-    }
-    return 0;
-  }
 
   std::vector<int64_t> todo;
   for (int64_t r = 0; r < ranks; ++r)
@@ -607,17 +601,34 @@ int main(int argc, char **argv) {
       if (!ckpt)
         return fail(error);
     }
-    if (!converter.addSource(s, ckpt, error))
+    if (!converter.addSource(
+            s, ckpt, error,
+            heldFrom ? droppedTensors(*heldFrom, *from, source, s)
+                     : std::set<std::string>()))
       return fail(error);
   }
 
   // Outputs: new files only, removed again on any failure.
-  Cleanup cleanup;
-  if (onlyRank < 0 && isDir(outDir)) {
-    std::string probe;
-    if (exists(outDir + "/plan.json"))
-      return fail("'" + outDir + "' already holds a conversion");
+  if (onlyRank < 0 && isDir(outDir) && exists(outDir + "/plan.json"))
+    return fail("'" + outDir + "' already holds a conversion");
+  if (!quiet && isatty(2) && !detected.empty())
+    std::fprintf(stderr, "detected from the checkpoint: %s\n",
+                 detected.c_str());
+  // A dry run checks what the run does, then prints instead of writing.
+  if (dryRun) {
+    for (int64_t r : todo) {
+      std::string dir = toName == "hf" ? "." : to->rankDir(target, r);
+      for (const RankTensor &t : to->rankTensors(target, r)) {
+        std::string shape;
+        for (int64_t d : t.shape)
+          shape += (shape.empty() ? "" : ",") + std::to_string(d);
+        std::printf("%s\t%s\t[%s]\t%s\n", dir.c_str(), t.name.c_str(),
+                    shape.c_str(), std::string(safetensorsName(t.dtype)).c_str());
+      }
+    }
+    return 0;
   }
+  Cleanup cleanup;
   if (!makeDir(outDir, cleanup, error))
     return fail(error);
   ProgressReporter reporter(
@@ -695,6 +706,13 @@ int main(int argc, char **argv) {
   for (const auto &[k, v] : load.overrides)
     overrides.set(k, json::Value::string(v));
   plan.set("overrides", std::move(overrides));
+  json::Value detectedValues = json::Value::object();
+  for (const auto &[k, v] : settled) {
+    json::ParseError perr;
+    std::optional<json::Value> j = json::parse(v, perr);
+    detectedValues.set(k, j ? std::move(*j) : json::Value::string(v));
+  }
+  plan.set("detected", std::move(detectedValues));
   json::Value derived = json::Value::array();
   for (const ModelLayout::DerivedTensor &d : to->derived()) {
     json::Value j = json::Value::object();

@@ -286,6 +286,9 @@ struct ConfigMember : Member {
   /// `config from "text_config", "" { }`: hf("k") looks for each root's
   /// `k` in turn.
   std::vector<std::string> roots;
+  /// `detect [a, b]`: the candidates a checkpoint chooses among when the
+  /// config holds none of the keys the entry reads; null without.
+  ExprPtr detect;
   static bool classof(const Member *m) { return m->getKind() == Config; }
 };
 
@@ -466,7 +469,7 @@ struct TensorOption {
 
 class LayoutEntry {
 public:
-  enum Kind { Tensor, Mount, Shard, Derived, Let };
+  enum Kind { Tensor, Mount, Shard, Derived, Let, ChoiceDefault };
   LayoutEntry(Kind kind, SMRange range) : kind(kind), range(range) {}
   virtual ~LayoutEntry() = default;
   Kind getKind() const { return kind; }
@@ -542,6 +545,20 @@ struct LayoutLetEntry : LayoutEntry {
       : LayoutEntry(Let, r), let(std::move(let)) {}
   std::unique_ptr<LetMember> let;
   static bool classof(const LayoutEntry *e) { return e->getKind() == Let; }
+};
+
+/// `choice expert_storage = E > 0 ? "packed" : "per_expert";` in a layout
+/// of a model: the default of a backend's choice for that model, an
+/// expression over its config.
+struct ChoiceDefaultEntry : LayoutEntry {
+  ChoiceDefaultEntry(Ident name, ExprPtr value, SMRange r)
+      : LayoutEntry(ChoiceDefault, r), name(std::move(name)),
+        value(std::move(value)) {}
+  Ident name;
+  ExprPtr value;
+  static bool classof(const LayoutEntry *e) {
+    return e->getKind() == ChoiceDefault;
+  }
 };
 
 //===----------------------------------------------------------------------===//

@@ -65,8 +65,14 @@ struct BoundModel {
 /// are bound before any rank exists.
 bool readsContext(mlir::Region &region);
 
-/// Binds `inst` to `backend` with the given storage variants (options not
-/// given take their first value). Returns null after reporting errors.
+/// The option each choice of `backend` takes for `inst` when nothing
+/// settles it: the model layout's default (`choice x = expr;`), else the
+/// first option. Nothing after reporting an error.
+std::optional<std::map<std::string, std::string>>
+defaultChoices(Instantiation &inst, const Backend &backend);
+
+/// Binds `inst` to `backend` with the given storage variants (choices not
+/// given take their defaults). Returns null after reporting errors.
 std::unique_ptr<BoundModel>
 bindModel(Instantiation &inst, const Backend &backend,
           const std::map<std::string, std::string> &choices = {});

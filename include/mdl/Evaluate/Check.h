@@ -106,8 +106,14 @@ private:
                    const std::map<std::string, std::string> &choices,
                    const std::string &configPath);
   void add(Finding f, const std::string &config);
+  /// Compares the checkpoint with `inst` bound with `choices`; `held` is
+  /// the model as the checkpoint holds it (before overrides), `detected`
+  /// what the checkpoint settled.
   void checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
-                       const std::string &configPath);
+                       Instantiation *held, const Backend &backend,
+                       const std::string &configPath,
+                       const std::map<std::string, std::string> &choices,
+                       const std::string &detected);
 
   CheckOptions opts;
   bool prepared = false;

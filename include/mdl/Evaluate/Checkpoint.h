@@ -16,6 +16,7 @@
 #include "llvm/Support/Error.h"
 
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,10 +60,12 @@ size_t countPresent(const BoundModel &bound, const CheckpointContents &ckpt);
 /// Instances (and trailing stack elements) of which the checkpoint holds no
 /// tensor at all are reported once each, at their declaration, as
 /// disagreements between config and checkpoint. Unexpected tensors are
-/// reported at `model`.
+/// reported at `model`, but for those in `dropped` (of stack elements an
+/// override leaves out), which are skipped.
 std::vector<CheckpointFinding>
 compareCheckpoint(const BoundModel &bound, const CheckpointContents &ckpt,
-                  ModuleDeclOp model, llvm::StringRef configPath);
+                  ModuleDeclOp model, llvm::StringRef configPath,
+                  const std::set<std::string> &dropped = {});
 
 } // namespace mdl
 

@@ -54,9 +54,12 @@ public:
 
   /// Registers the checkpoint of source rank `rank`: every tensor the
   /// source plan expects must be there with its shape and dtype, and
-  /// nothing else may be.
+  /// nothing else may be but the tensors in `dropped` (those of stack
+  /// elements an override leaves out, see droppedTensors()), which are
+  /// skipped.
   bool addSource(int64_t rank, std::shared_ptr<Checkpoint> checkpoint,
-                 std::string &error);
+                 std::string &error,
+                 const std::set<std::string> &dropped = {});
   /// The number of worker threads writeRank() uses (by default the CPUs
   /// this process may use: usableCpus()).
   void setThreads(unsigned n);

@@ -109,6 +109,15 @@ struct ModuleDecl {
   std::vector<std::string> first, last;
   std::string stages;
   std::vector<std::pair<std::string, std::string>> fallbacks;
+  /// A model's config entries marked `detect`: the candidates (a list),
+  /// and the hf() paths the entry's value reads. A checkpoint settles the
+  /// entry when the config holds none of them.
+  struct Detectable {
+    std::string name;
+    Expr candidates = nullptr;
+    std::vector<std::string> keys;
+  };
+  std::vector<Detectable> detectable;
 };
 
 /// A piece of a name template: text, a family dimension, a value, or the
@@ -181,6 +190,13 @@ struct LayoutDecl {
   std::vector<MountDecl> mounts;
   std::vector<ShardDecl> shards;
   std::vector<DerivedDecl> derived;
+  /// A model's layout: the defaults of backend choices for the model.
+  struct ChoiceDefault {
+    std::string choice;
+    Expr value = nullptr;
+    std::string where;
+  };
+  std::vector<ChoiceDefault> choiceDefaults;
 };
 
 /// The module class a backend uses for one parallel role.
@@ -368,8 +384,14 @@ struct BoundLayout {
   std::vector<std::string> sources;
 };
 
+/// The option each choice of `backend` takes for `model` when nothing
+/// settles it: the model layout's default (`choice x = expr;`), else the
+/// first option. Throws EvalError.
+std::map<std::string, std::string> defaultChoices(Model &model,
+                                                  const BackendDecl &backend);
+
 /// Binds `model` to `backend` with the given choices (others take their
-/// first option); nothing, with `error` set, on failure.
+/// defaults); nothing, with `error` set, on failure.
 std::optional<BoundLayout>
 bindModel(Model &model, const BackendDecl &backend,
           const std::map<std::string, std::string> &choices,

@@ -119,7 +119,8 @@ std::vector<std::string> dimAtoms(const ModuleScope &scope,
 
 /// The builtin functions of the expression language.
 enum class Builtin {
-  Hf, Len, Range, Min, Max, CeilDiv, Str, Pad, DType, Size, Sum, Primes
+  Hf, Len, Range, Min, Max, CeilDiv, Str, Pad, DType, Size, Sum, Primes,
+  EndsWith
 };
 std::optional<Builtin> lookupBuiltin(llvm::StringRef name);
 llvm::StringRef spelling(Builtin b);

@@ -248,7 +248,12 @@ LogicalResult InputOp::verifyRegions() {
 }
 
 LogicalResult ConfigOp::verifyRegions() {
-  return verifyYields(*this, getValue(), getType(), "value");
+  if (failed(verifyYields(*this, getValue(), getType(), "value")))
+    return failure();
+  if (!getDetect().empty() && !getDetect().hasOneBlock())
+    return emitOpError("detect region must have one block");
+  return verifyYields(*this, getDetect(),
+                      ListType::get(getContext(), getType()), "detect");
 }
 
 LogicalResult LetOp::verifyRegions() {
@@ -483,9 +488,26 @@ LogicalResult LayoutOp::verify() {
     return emitOpError() << "describes unknown module '" << getModule()
                          << "'";
   for (Operation &op : getBodyBlock())
-    if (!isa<TensorOp, MountOp, ShardOp, DerivedOp, LetOp>(op))
+    if (!isa<TensorOp, MountOp, ShardOp, DerivedOp, LetOp, ChoiceDefaultOp>(
+            op))
       return op.emitOpError("cannot appear in a layout");
   return success();
+}
+
+LogicalResult ChoiceDefaultOp::verifyRegions() {
+  auto layout = (*this)->getParentOfType<LayoutOp>();
+  ModuleDeclOp module = getLayoutModule(layout);
+  if (module && !module.getModel())
+    return emitOpError() << "sets a choice default in a layout of module '"
+                         << module.getSymName() << "', not of a model";
+  auto backend = lookupTop<BackendOp>(layout, layout.getBackend());
+  bool found =
+      backend && isa_and_nonnull<ChoiceOp>(lookupInBackend(backend, getChoice()));
+  if (!found)
+    return emitOpError() << "names no choice of backend '"
+                         << layout.getBackend() << "'";
+  return verifyYields(*this, getValue(), StringType::get(getContext()),
+                      "value");
 }
 
 /// Checks a name template against the values its args region yields.
@@ -908,6 +930,8 @@ LogicalResult BuiltinOp::verify() {
     return want({ListType::get(ctx, intT)}, intT);
   if (c == "primes")
     return want({intT, intT}, ListType::get(ctx, intT));
+  if (c == "ends_with")
+    return want({strT, strT}, i1(ctx));
   return emitOpError() << "unknown builtin '" << c << "'";
 }
 

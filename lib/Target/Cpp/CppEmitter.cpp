@@ -350,6 +350,12 @@ void Emitter::emitModule(ModuleDeclOp m, raw_ostream &os) {
         })
         .Case<ConfigOp>([&](ConfigOp c) {
           value("Config", c.getSymName(), fn(c.getValue()));
+          if (c.getDetect().empty())
+            return;
+          std::vector<std::string> keys;
+          c.getValue().walk([&](HfOp h) { keys.push_back(h.getPath().str()); });
+          os << "    m.detectable.push_back({" << quote(c.getSymName()) << ", "
+             << fn(c.getDetect()) << ", " << stringList(keys) << "});\n";
         })
         .Case<LetOp>([&](LetOp l) {
           value("Let", l.getSymName(), fn(l.getValue()));
@@ -686,6 +692,9 @@ void Emitter::emitLayout(LayoutOp l, raw_ostream &os) {
          << (d.getRecompute() ? "true" : "false") << ", "
          << stringList(recompute) << ", " << fnOrNull(d.getWhen()) << ", "
          << quote(where(d)) << "});\n";
+    } else if (auto c = dyn_cast<ChoiceDefaultOp>(op)) {
+      os << "    l.choiceDefaults.push_back({" << quote(c.getChoice()) << ", "
+         << fn(c.getValue()) << ", " << quote(where(c)) << "});\n";
     }
   }
   os << "  }\n";

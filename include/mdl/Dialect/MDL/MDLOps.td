@@ -62,9 +62,16 @@ def MDL_InputOp : MDL_ValueDeclOp<"input"> {
 
 def MDL_ConfigOp : MDL_ValueDeclOp<"config"> {
   let summary = "a config entry of a model";
+  let description = [{
+    The optional `detect` region yields the candidates a checkpoint chooses
+    among when the config holds none of the keys `value` reads (a list of
+    the entry's type).
+  }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type);
-  let regions = (region SizedRegion<1>:$value);
-  let assemblyFormat = "$sym_name `:` $type $value attr-dict";
+  let regions = (region SizedRegion<1>:$value, AnyRegion:$detect);
+  let assemblyFormat = [{
+    $sym_name `:` $type $value (`detect` $detect^)? attr-dict
+  }];
 }
 
 def MDL_LetOp : MDL_ValueDeclOp<"let"> {
@@ -299,6 +306,20 @@ def MDL_ShardOp : MDL_Op<"shard", [HasParent<"LayoutOp">]> {
   let assemblyFormat = [{
     $params `on` $dim `by` $axis (`replicate` $replicate^)? attr-dict
   }];
+}
+
+def MDL_ChoiceDefaultOp : MDL_Op<"choice_default", [HasParent<"LayoutOp">]> {
+  let summary = "the default of a backend's choice for a model";
+  let description = [{
+    In a layout of a model: the option of the backend's choice `choice`
+    taken when neither the command line nor a checkpoint settles it,
+    computed from the model's config (e.g. the storage the official
+    release uses).
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$choice);
+  let regions = (region SizedRegion<1>:$value);
+  let assemblyFormat = "$choice $value attr-dict";
+  let hasRegionVerifier = 1;
 }
 
 def MDL_DerivedOp : MDL_Op<"derived", [HasParent<"LayoutOp">]> {
