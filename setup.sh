@@ -3,7 +3,9 @@
 #
 #   ./setup.sh              install what is missing, build, then check and
 #                           instantiate every model under models/
-#   ./setup.sh test         the same set-up, then the whole test suite
+#   ./setup.sh test         the same set-up, then the whole test suite, then
+#                           every libFuzzer harness of test/Fuzz for 20 s
+#                           (MDL_FUZZ_SECONDS; 0 skips them)
 #   ./setup.sh test --sanitize
 #                           the test suite built with AddressSanitizer and
 #                           UndefinedBehaviorSanitizer (in build-sanitize/)
@@ -26,7 +28,7 @@ esac
 
 packages=(g++ cmake ninja-build python3 python3-numpy llvm-19-dev libmlir-19-dev
           mlir-19-tools llvm-19-tools antlr4 libantlr4-runtime-dev libfmt-dev
-          uuid-dev)
+          uuid-dev clang-19 libclang-rt-19-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
@@ -53,6 +55,10 @@ cmake --build "$build"
 if [ "$mode" = test ]; then
   echo "== testing"
   cmake --build "$build" --target check-mdl
+  if [ "$sanitize" = OFF ] && [ "${MDL_FUZZ_SECONDS:-20}" != 0 ]; then
+    echo "== fuzzing"
+    test/Fuzz/run.sh "${MDL_FUZZ_SECONDS:-20}"
+  fi
 else
   echo "== checking every model under models/"
   "$build/bin/mdlc" check models/*.mdl

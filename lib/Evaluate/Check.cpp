@@ -89,11 +89,12 @@ mdl::parseGrid(llvm::StringRef text,
     SmallVector<StringRef> parts;
     values.split(parts, ',');
     for (StringRef p : parts) {
-      int64_t v;
-      if (p.getAsInteger(10, v) || v < 1 || v > 65536)
-        return ("grid values are positive integers; '" + item + "' is not")
+      std::optional<int64_t> v = parseBoundedInt(p, 1, kMaxAxisSize);
+      if (!v)
+        return ("grid values are integers from 1 to " + Twine(kMaxAxisSize) +
+                "; '" + item + "' is not")
             .str();
-      vs.push_back(v);
+      vs.push_back(*v);
     }
     out[axis.str()] = vs;
   }
