@@ -588,8 +588,17 @@ FailureOr<EvalValue> InstanceNode::get(StringRef name, Location useLoc) {
     emitError(useLoc) << "'" << name << "' depends on itself";
     return failure();
   }
+  if (inst->evalDepth >= rt::kMaxEvalDepth) {
+    emitError(useLoc) << "'" << name << "' needs names (or instances) nested "
+                      << "more than " << rt::kMaxEvalDepth << " deep";
+    return failure();
+  }
   inProgress[name] = true;
-  auto done = llvm::make_scope_exit([&] { inProgress[name] = false; });
+  ++inst->evalDepth;
+  auto done = llvm::make_scope_exit([&] {
+    inProgress[name] = false;
+    --inst->evalDepth;
+  });
 
   FailureOr<EvalValue> result = failure();
   if (auto in = dyn_cast<InputOp>(decl)) {
@@ -676,6 +685,14 @@ std::unique_ptr<Instantiation> Instantiation::create(ModuleDeclOp model,
 }
 
 LogicalResult Instantiation::build(InstanceNode &node) {
+  if (evalDepth >= rt::kMaxEvalDepth) {
+    emitError(node.module.getLoc())
+        << node.describe() << " is nested more than " << rt::kMaxEvalDepth
+        << " deep in names and instances";
+    return failure();
+  }
+  ++evalDepth;
+  auto leave = llvm::make_scope_exit([&] { --evalDepth; });
   bool ok = true;
   auto note = [&](InFlightDiagnostic &diag) {
     if (node.parent)

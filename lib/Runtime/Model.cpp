@@ -241,12 +241,20 @@ const Value &Instance::get(const std::string &name) {
     throw EvalError{"'" + name + "' is not defined in '" + module->name + "'"};
   if (inProgress[name])
     throw EvalError{"'" + name + "' depends on itself"};
+  if (model->evalDepth >= kMaxEvalDepth)
+    throw EvalError{"'" + name + "' needs names (or instances) nested more " +
+                    "than " + std::to_string(kMaxEvalDepth) + " deep"};
   inProgress[name] = true;
+  ++model->evalDepth;
   struct Done {
     std::map<std::string, bool> &m;
     const std::string &n;
-    ~Done() { m[n] = false; }
-  } done{inProgress, name};
+    int &depth;
+    ~Done() {
+      m[n] = false;
+      --depth;
+    }
+  } done{inProgress, name, model->evalDepth};
 
   Value result = at(decl->where, [&]() -> Value {
     if (decl->kind == ValueDecl::Input) {
@@ -303,6 +311,15 @@ std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
 }
 
 void Model::build(Instance &node) {
+  if (evalDepth >= kMaxEvalDepth)
+    throw EvalError{node.describe() + " is nested more than " +
+                    std::to_string(kMaxEvalDepth) +
+                    " deep in names and instances"};
+  ++evalDepth;
+  struct Leave {
+    int &depth;
+    ~Leave() { --depth; }
+  } leave{evalDepth};
   for (const ValueDecl &v : node.module->values)
     node.get(v.name);
   for (const RequireDecl &r : node.module->requirements)

@@ -10,6 +10,7 @@
 #include "mdl/Parse/Parser.h"
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Parallel.h"
+#include "mdl/Runtime/Value.h"
 #include "mdl/Sema/Sema.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -1195,6 +1196,16 @@ void Analyzer::checkValueCycles(const ModuleScope &scope) {
   };
   std::function<void(const ModuleSymbol *)> visit =
       [&](const ModuleSymbol *s) {
+        // A chain of definitions that long is refused where it gets too
+        // deep to follow (recursively) any further.
+        if (stack.size() >= size_t(rt::kMaxEvalDepth)) {
+          if (!edges[s].empty())
+            error(edges[s].front().second)
+                << "definitions chained more than " << rt::kMaxEvalDepth
+                << " deep";
+          state[s] = 2;
+          return;
+        }
         state[s] = 1;
         stack.push_back(s);
         for (auto &[target, useLoc] : edges[s]) {

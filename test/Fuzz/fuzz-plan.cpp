@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static bool once = [] {
     fuzz::removeTree("backend");
     std::filesystem::create_directory("backend");
-    std::filesystem::copy_file("models/configs/qwen3-4b/config.json",
+    std::filesystem::copy_file(MDL_SOURCE_DIR "/test/Fuzz/rank-dir/config.json",
                                "backend/config.json");
     return true;
   }();

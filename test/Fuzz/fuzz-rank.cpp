@@ -2,7 +2,7 @@
 //
 // The input is rank 1's model.safetensors of a qwen3 checkpoint on
 // mcore_te at tp=2 (whose plan.json and config.json are in
-// corpus/rank-dir), converted to HF by mdl-convert.
+// test/Fuzz/rank-dir), converted to HF by mdl-convert.
 
 #include "FuzzCommon.h"
 
@@ -20,6 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return true;
   }();
   (void)once;
+  fs::create_directories("backend/mp_rank_01_000");
   fuzz::writeFile("backend/mp_rank_01_000/model.safetensors", data, size);
   fuzz::runConvert(
       {"--model", "qwen3", "--from", "mcore_te", "--to", "hf", "backend", "out"});

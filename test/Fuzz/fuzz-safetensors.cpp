@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static bool once = [] {
     fuzz::removeTree("hf");
     std::filesystem::create_directory("hf");
-    std::filesystem::copy_file("models/configs/qwen3-4b/config.json",
+    std::filesystem::copy_file(MDL_SOURCE_DIR "/test/Fuzz/rank-dir/config.json",
                                "hf/config.json");
     return true;
   }();

@@ -177,6 +177,8 @@ private:
   std::optional<mdl::DType> defaultDType;
   bool hadError = false;
   size_t paramCount = 0;
+  /// Names being evaluated, and instances being built, one inside another.
+  int evalDepth = 0;
   /// Elements of every parameter so far, bounded by rt::kMaxModelElements.
   int64_t elementCount = 0;
   /// Parameters and instances placed by the model's pipeline op.

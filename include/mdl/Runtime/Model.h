@@ -309,6 +309,8 @@ private:
   std::string stagedStack;
   /// Elements of every parameter so far, bounded by kMaxModelElements.
   int64_t elementCount = 0;
+  /// Names being evaluated, and instances being built, one inside another.
+  int evalDepth = 0;
 };
 
 /// What generated expressions read: the instance's names, the config, the

@@ -81,6 +81,10 @@ constexpr int64_t kMaxStackLength = 1 << 20;
 /// model may have (2^46, 70 trillion).
 constexpr int64_t kMaxFamilySize = 1 << 18;
 constexpr int64_t kMaxModelElements = int64_t(1) << 46;
+/// The longest chain of names whose values need each other (`let b = a;
+/// let c = b; ...`), and the deepest nesting of module instances: both are
+/// evaluated recursively.
+constexpr int kMaxEvalDepth = 1000;
 
 } // namespace mdl::rt
 
