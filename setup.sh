@@ -3,9 +3,9 @@
 #
 #   ./setup.sh              install what is missing, build, then check and
 #                           instantiate every model under models/
-#   ./setup.sh test         the same set-up, then the whole test suite, then
-#                           every libFuzzer harness of test/Fuzz for 20 s
-#                           (MDL_FUZZ_SECONDS; 0 skips them)
+#   ./setup.sh test         the same set-up, then the whole test suite; with
+#                           MDL_FUZZ_SECONDS=N, then every libFuzzer harness
+#                           of test/Fuzz for N seconds (test/Fuzz/run.sh)
 #   ./setup.sh test --sanitize
 #                           the test suite built with AddressSanitizer and
 #                           UndefinedBehaviorSanitizer (in build-sanitize/)
@@ -55,9 +55,9 @@ cmake --build "$build"
 if [ "$mode" = test ]; then
   echo "== testing"
   cmake --build "$build" --target check-mdl
-  if [ "$sanitize" = OFF ] && [ "${MDL_FUZZ_SECONDS:-20}" != 0 ]; then
+  if [ "$sanitize" = OFF ] && [ "${MDL_FUZZ_SECONDS:-0}" != 0 ]; then
     echo "== fuzzing"
-    test/Fuzz/run.sh "${MDL_FUZZ_SECONDS:-20}"
+    test/Fuzz/run.sh "$MDL_FUZZ_SECONDS"
   fi
 else
   echo "== checking every model under models/"

@@ -687,7 +687,8 @@ std::unique_ptr<Instantiation> Instantiation::create(ModuleDeclOp model,
 LogicalResult Instantiation::build(InstanceNode &node) {
   if (evalDepth >= rt::kMaxEvalDepth) {
     emitError(node.module.getLoc())
-        << node.describe() << " is nested more than " << rt::kMaxEvalDepth
+        << "module '" << node.module.getSymName()
+        << "' is instantiated more than " << rt::kMaxEvalDepth
         << " deep in names and instances";
     return failure();
   }

@@ -312,7 +312,8 @@ std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
 
 void Model::build(Instance &node) {
   if (evalDepth >= kMaxEvalDepth)
-    throw EvalError{node.describe() + " is nested more than " +
+    throw EvalError{"module '" + node.module->name +
+                    "' is instantiated more than " +
                     std::to_string(kMaxEvalDepth) +
                     " deep in names and instances"};
   ++evalDepth;

@@ -376,6 +376,14 @@ Type Analyzer::typeOfSymbol(const ModuleScope &scope, const ModuleSymbol &sym,
   // checkValueCycles reports.
   if (!inferring.insert(let).second)
     return Type();
+  // Inference follows the chain of lets recursively: bound its length.
+  if (inferring.size() > size_t(rt::kMaxEvalDepth)) {
+    error(useLoc) << "definitions chained more than " << rt::kMaxEvalDepth
+                  << " deep";
+    inferring.erase(let);
+    inferred[let] = Type();
+    return Type();
+  }
   ExprEnv env;
   env.scope = &scope;
   Type t = check(let->value.get(), env);
