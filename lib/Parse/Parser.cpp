@@ -111,10 +111,22 @@ public:
       loc = index.loc(offending->getStartIndex());
     else
       loc = locFromLineCol(line, col);
-    mlir::emitError(toLocation(sm, ctx, loc)) << rewrite(msg);
+    errors.push_back({loc, rewrite(msg)});
+  }
+
+  /// Reports the errors in file order: the lexer's (found first, as the
+  /// tokens are read before parsing) among the parser's.
+  void flush() {
+    std::stable_sort(errors.begin(), errors.end(), [](auto &a, auto &b) {
+      return a.first.getPointer() < b.first.getPointer();
+    });
+    for (auto &[loc, msg] : errors)
+      mlir::emitError(toLocation(sm, ctx, loc)) << msg;
+    errors.clear();
   }
 
   unsigned errorCount = 0;
+  std::vector<std::pair<llvm::SMLoc, std::string>> errors;
 
 private:
   static constexpr unsigned kMaxErrors = 20;
@@ -1003,6 +1015,7 @@ std::unique_ptr<File> mdl::parseFile(llvm::SourceMgr &sourceMgr,
     lexer.addErrorListener(&listener);
     tokens.fill();
     if (antlr4::Token *deep = findTooDeep(tokens.getTokens())) {
+      listener.flush();
       mlir::emitError(located(index.loc(deep->getStartIndex()).getPointer()))
           << "expression nested more than " << kMaxNestingDepth << " deep";
       return nullptr;
@@ -1011,6 +1024,7 @@ std::unique_ptr<File> mdl::parseFile(llvm::SourceMgr &sourceMgr,
     parser.removeErrorListeners();
     parser.addErrorListener(&listener);
     P::FileContext *tree = parser.file();
+    listener.flush();
     if (listener.errorCount)
       return nullptr;
     ASTBuilder builder(sourceMgr, context, index);
