@@ -3,7 +3,9 @@
 #
 #   ./setup.sh              install what is missing, build, then check and
 #                           instantiate every model under models/
-#   ./setup.sh test         the same set-up, then the whole test suite
+#   ./setup.sh test         the same set-up, then the whole test suite; with
+#                           MDL_FUZZ_SECONDS=N, then every libFuzzer harness
+#                           of test/Fuzz for N seconds (test/Fuzz/run.sh)
 #   ./setup.sh test --sanitize
 #                           the test suite built with AddressSanitizer and
 #                           UndefinedBehaviorSanitizer (in build-sanitize/)
@@ -26,7 +28,7 @@ esac
 
 packages=(g++ cmake ninja-build python3 python3-numpy llvm-19-dev libmlir-19-dev
           mlir-19-tools llvm-19-tools antlr4 libantlr4-runtime-dev libfmt-dev
-          uuid-dev pkg-config librsvg2-bin)
+          uuid-dev pkg-config librsvg2-bin clang-19 libclang-rt-19-dev)
 # The editor grammar's test runs on node with modules from npm; a node that
 # is already there (e.g. from NodeSource, which bundles npm) is used as is.
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
@@ -56,6 +58,10 @@ cmake --build "$build"
 if [ "$mode" = test ]; then
   echo "== testing"
   cmake --build "$build" --target check-mdl
+  if [ "$sanitize" = OFF ] && [ "${MDL_FUZZ_SECONDS:-0}" != 0 ]; then
+    echo "== fuzzing"
+    test/Fuzz/run.sh "$MDL_FUZZ_SECONDS"
+  fi
 else
   echo "== checking every model under models/"
   "$build/bin/mdlc" check models/*.mdl

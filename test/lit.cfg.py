@@ -11,7 +11,7 @@ config.suffixes = [".mdl", ".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.mdl_obj_root, "test")
 # Inputs of tests are not tests themselves.
-config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt",
+config.excludes = ["Inputs", "Fuzz", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt",
                    "check_corpus.py", "reference.py", "roundtrip.py",
                    "run_examples.py"]
 

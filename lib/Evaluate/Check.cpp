@@ -107,11 +107,12 @@ mdl::parseGrid(llvm::StringRef text,
     SmallVector<StringRef> parts;
     values.split(parts, ',');
     for (StringRef p : parts) {
-      int64_t v;
-      if (p.getAsInteger(10, v) || v < 1 || v > 65536)
-        return ("grid values are positive integers; '" + item + "' is not")
+      std::optional<int64_t> v = parseBoundedInt(p, 1, kMaxAxisSize);
+      if (!v)
+        return ("grid values are integers from 1 to " + Twine(kMaxAxisSize) +
+                "; '" + item + "' is not")
             .str();
-      vs.push_back(v);
+      vs.push_back(*v);
     }
     out[axis.str()] = vs;
   }
@@ -695,6 +696,12 @@ void CheckSession::checkBinding(
                   p.source, "");
       }
 
+  // What makes even the unsharded layout invalid (a config's absurd sizes)
+  // is an error of the model, whatever the grid.
+  rt::Planner unsharded(layout, ParallelConfig());
+  for (const std::string &why : unsharded.invalidReasons())
+    finding("coverage", why, -1, "");
+
   // A member the pipeline places nowhere makes every configuration with
   // pp > 1 invalid: an error at the member, not fewer valid configurations.
   if (layout.hasPipeline && llvm::is_contained(layout.mesh, MeshAxis::PP)) {
@@ -729,7 +736,8 @@ void CheckSession::checkBinding(
     }
   rt::CheckScope scope = rt::representativeLayers(layout);
   std::set<std::string> seen, namedPipelines;
-  for (ParallelConfig point : points) {
+  for (ParallelConfig point : unsharded.valid() ? points
+                                                : std::vector<ParallelConfig>{}) {
     point = onMesh(point, layout.mesh);
     std::string cfg = point.str();
     if (!seen.insert(cfg).second)

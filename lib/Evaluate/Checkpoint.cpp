@@ -2,11 +2,11 @@
 
 #include "mdl/Evaluate/Checkpoint.h"
 
+#include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Safetensors.h"
 
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/MemoryBuffer.h"
 
 #include <set>
 
@@ -48,17 +48,19 @@ static std::optional<std::vector<int64_t>> parseShape(StringRef text) {
 }
 
 static llvm::Expected<CheckpointContents> readInventory(StringRef path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    return fail(path + ": " + buffer.getError().message());
+  std::string text, error;
+  if (!rt::readFile(path.str(), text, error))
+    return fail(error);
   CheckpointContents out;
   SmallVector<StringRef> lines;
-  (*buffer)->getBuffer().split(lines, '\n');
+  StringRef(text).split(lines, '\n');
   for (size_t n = 0; n < lines.size(); ++n) {
     StringRef line = lines[n].rtrim("\r");
     if (line.trim().empty() || line.starts_with("#"))
       continue;
-    auto where = [&] { return path + ":" + llvm::Twine(n + 1) + ": "; };
+    // A string, not a Twine: a Twine returned from here would point at
+    // temporaries that are gone.
+    auto where = [&] { return path.str() + ":" + std::to_string(n + 1) + ": "; };
     SmallVector<StringRef> fields;
     line.split(fields, '\t');
     if (fields.size() < 3)

@@ -9,12 +9,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Evaluate/Instance.h"
+#include "mdl/Runtime/File.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/ADT/SmallString.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 #include <limits>
@@ -34,16 +34,13 @@ constexpr size_t kMaxParams = size_t(1) << 24;
 
 std::unique_ptr<HFConfig> HFConfig::load(const std::string &path,
                                          MLIRContext &context) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buffer) {
-    emitError(UnknownLoc::get(&context))
-        << "cannot read HF config '" << path
-        << "': " << buffer.getError().message();
+  auto config = std::unique_ptr<HFConfig>(new HFConfig());
+  std::string error;
+  if (!rt::readFile(path, config->text, error)) {
+    emitError(UnknownLoc::get(&context)) << "cannot read HF config " << error;
     return nullptr;
   }
-  auto config = std::unique_ptr<HFConfig>(new HFConfig());
   config->filePath = path;
-  config->text = (*buffer)->getBuffer().str();
   json::ParseError err;
   std::optional<json::Value> root = json::parse(config->text, err);
   if (!root) {
@@ -156,6 +153,9 @@ private:
   FailureOr<EvalValue> eval(Value v);
   FailureOr<EvalValue> evalOp(Operation *op);
   FailureOr<EvalValue> present(Value v);
+  /// Like present(), without copying: a reference to the value where it is
+  /// kept, valid until the next value is evaluated.
+  FailureOr<const EvalValue *> presentRef(Value v);
   FailureOr<EvalValue> fromJson(HfOp op, const json::Value &j, Type type,
                                 StringRef path);
 
@@ -164,6 +164,10 @@ private:
   EvalEnv env;
   const RankContext *ctx;
   llvm::DenseMap<Value, EvalValue> values;
+  /// For a comprehension's body: the interpreter of the enclosing region,
+  /// which evaluates (once) every value defined outside `scope`.
+  Interpreter *parent = nullptr;
+  Region *scope = nullptr;
 };
 
 /// Reports a missing config value where it was needed.
@@ -184,9 +188,42 @@ FailureOr<EvalValue> Interpreter::present(Value v) {
   return r;
 }
 
+FailureOr<const EvalValue *> Interpreter::presentRef(Value v) {
+  const EvalValue *r = nullptr;
+  if (auto it = values.find(v); it != values.end()) {
+    r = &it->second;
+  } else if (parent && !scope->isAncestor(v.getParentRegion())) {
+    return parent->presentRef(v);
+  } else if (auto g = v.getDefiningOp<GetOp>();
+             g && lookupValueDecl(g, g.getName()) &&
+             lookupValueDecl(g, g.getName())->getParentOp() ==
+                 node.module.getOperation()) {
+    FailureOr<const EvalValue *> got = node.getRef(g.getName(), g.getLoc());
+    if (failed(got))
+      return failure();
+    r = *got;
+  } else {
+    if (failed(eval(v)))
+      return failure();
+    r = &values.find(v)->second;
+  }
+  if (r->kind == EvalValue::Missing) {
+    (void)reportMissing(v.getDefiningOp() ? v.getDefiningOp()
+                                          : v.getParentRegion()->getParentOp(),
+                        *r, config);
+    return failure();
+  }
+  return r;
+}
+
 FailureOr<EvalValue> Interpreter::eval(Value v) {
   if (auto it = values.find(v); it != values.end())
     return it->second;
+  // A value from outside a comprehension's body is its parent's, computed
+  // once for all elements (copying the parent's values per element made a
+  // comprehension quadratic).
+  if (parent && !scope->isAncestor(v.getParentRegion()))
+    return parent->eval(v);
   if (isa<BlockArgument>(v)) {
     // Block arguments are bound by run() before evaluation starts.
     v.getParentRegion()->getParentOp()->emitError(
@@ -390,24 +427,27 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
         return eval(c->i ? s.getTrueValue() : s.getFalseValue());
       })
       .Case<IndexOp>([&](IndexOp x) -> FailureOr<EvalValue> {
-        FailureOr<EvalValue> l = present(x.getList());
-        FailureOr<EvalValue> i = failed(l) ? l : present(x.getIndex());
-        if (failed(i))
+        FailureOr<const EvalValue *> l = presentRef(x.getList());
+        FailureOr<EvalValue> i =
+            failed(l) ? FailureOr<EvalValue>(failure()) : present(x.getIndex());
+        // Evaluating the index may have moved the list: look it up again.
+        if (failed(i) || failed(l = presentRef(x.getList())))
           return failure();
         EvalValue out;
         std::string error;
-        if (!rt::applyIndex(*l, *i, out, error)) {
+        if (!rt::applyIndex(**l, *i, out, error)) {
           x.emitError() << error;
           return failure();
         }
         return out;
       })
       .Case<ContainsOp>([&](ContainsOp c) -> FailureOr<EvalValue> {
-        FailureOr<EvalValue> l = present(c.getList());
-        FailureOr<EvalValue> v = failed(l) ? l : present(c.getValue());
-        if (failed(v))
+        FailureOr<const EvalValue *> l = presentRef(c.getList());
+        FailureOr<EvalValue> v =
+            failed(l) ? FailureOr<EvalValue>(failure()) : present(c.getValue());
+        if (failed(v) || failed(l = presentRef(c.getList())))
           return failure();
-        return EvalValue::boolean(rt::applyContains(*l, *v));
+        return EvalValue::boolean(rt::applyContains(**l, *v));
       })
       .Case<ListOp>([&](ListOp lo) -> FailureOr<EvalValue> {
         EvalValue out;
@@ -445,7 +485,8 @@ FailureOr<EvalValue> Interpreter::evalOp(Operation *op) {
         for (const EvalValue &x : src->list) {
           // The body sees the variables of enclosing comprehensions.
           Interpreter body(node, config, env);
-          body.values = values;
+          body.parent = this;
+          body.scope = &co.getBody();
           FailureOr<std::vector<EvalValue>> v = body.run(co.getBody(), {x});
           if (failed(v))
             return failure();
@@ -522,6 +563,15 @@ FailureOr<EvalValue> InstanceNode::evalOne(Region &region,
   return v->front();
 }
 
+FailureOr<const EvalValue *> InstanceNode::getRef(StringRef name,
+                                                  Location useLoc) {
+  if (auto it = cache.find(name); it != cache.end())
+    return &it->second;
+  if (failed(get(name, useLoc)))
+    return failure();
+  return &cache.find(name)->second;
+}
+
 FailureOr<EvalValue> InstanceNode::get(StringRef name, Location useLoc) {
   if (auto it = cache.find(name); it != cache.end())
     return it->second;
@@ -538,8 +588,17 @@ FailureOr<EvalValue> InstanceNode::get(StringRef name, Location useLoc) {
     emitError(useLoc) << "'" << name << "' depends on itself";
     return failure();
   }
+  if (inst->evalDepth >= rt::kMaxEvalDepth) {
+    emitError(useLoc) << "'" << name << "' needs names (or instances) nested "
+                      << "more than " << rt::kMaxEvalDepth << " deep";
+    return failure();
+  }
   inProgress[name] = true;
-  auto done = llvm::make_scope_exit([&] { inProgress[name] = false; });
+  ++inst->evalDepth;
+  auto done = llvm::make_scope_exit([&] {
+    inProgress[name] = false;
+    --inst->evalDepth;
+  });
 
   FailureOr<EvalValue> result = failure();
   if (auto in = dyn_cast<InputOp>(decl)) {
@@ -628,6 +687,15 @@ std::unique_ptr<Instantiation> Instantiation::create(ModuleDeclOp model,
 }
 
 LogicalResult Instantiation::build(InstanceNode &node) {
+  if (evalDepth >= rt::kMaxEvalDepth) {
+    emitError(node.module.getLoc())
+        << "module '" << node.module.getSymName()
+        << "' is instantiated more than " << rt::kMaxEvalDepth
+        << " deep in names and instances";
+    return failure();
+  }
+  ++evalDepth;
+  auto leave = llvm::make_scope_exit([&] { --evalDepth; });
   bool ok = true;
   auto note = [&](InFlightDiagnostic &diag) {
     if (node.parent)
@@ -705,6 +773,13 @@ LogicalResult Instantiation::buildParams(InstanceNode &node) {
       op->emitError() << "parameter '" << p.path
                       << "' has no dtype: give it one, or give the model a "
                          "default with `dtype = bf16;`";
+      return failure();
+    }
+    if (__builtin_add_overflow(elementCount, n, &elementCount) ||
+        elementCount > rt::kMaxModelElements) {
+      op->emitError() << "the model has more than " << rt::kMaxModelElements
+                      << " elements (at parameter '" << p.path
+                      << "'): the config's sizes are out of bounds";
       return failure();
     }
     if (++paramCount > kMaxParams) {

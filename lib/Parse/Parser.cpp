@@ -96,9 +96,9 @@ std::string rewrite(const std::string &original) {
 /// Reports ANTLR's lexer and parser errors as located diagnostics.
 class DiagnosticErrorListener : public antlr4::BaseErrorListener {
 public:
-  DiagnosticErrorListener(llvm::SourceMgr &sm, mlir::MLIRContext &ctx,
-                          const SourceIndex &index)
-      : sm(sm), ctx(ctx), index(index) {}
+  DiagnosticErrorListener(llvm::SourceMgr &sm, unsigned bufferId,
+                          mlir::MLIRContext &ctx, const SourceIndex &index)
+      : sm(sm), bufferId(bufferId), ctx(ctx), index(index) {}
 
   void syntaxError(antlr4::Recognizer *, antlr4::Token *offending, size_t line,
                    size_t col, const std::string &msg,
@@ -111,22 +111,34 @@ public:
       loc = index.loc(offending->getStartIndex());
     else
       loc = locFromLineCol(line, col);
-    mlir::emitError(toLocation(sm, ctx, loc)) << rewrite(msg);
+    errors.push_back({loc, rewrite(msg)});
+  }
+
+  /// Reports the errors in file order: the lexer's (found first, as the
+  /// tokens are read before parsing) among the parser's.
+  void flush() {
+    std::stable_sort(errors.begin(), errors.end(), [](auto &a, auto &b) {
+      return a.first.getPointer() < b.first.getPointer();
+    });
+    for (auto &[loc, msg] : errors)
+      mlir::emitError(toLocation(sm, ctx, loc)) << msg;
+    errors.clear();
   }
 
   unsigned errorCount = 0;
+  std::vector<std::pair<llvm::SMLoc, std::string>> errors;
 
 private:
   static constexpr unsigned kMaxErrors = 20;
 
   llvm::SMLoc locFromLineCol(size_t line, size_t col) {
-    // Lexer errors carry only a line and a code-point column.
-    llvm::SMLoc lineStart =
-        sm.FindLocForLineAndColumn(sm.getMainFileID(), line, 1);
+    // Lexer errors carry only a line and a code-point column, in the file
+    // being parsed (an imported file is not the main one).
+    llvm::SMLoc lineStart = sm.FindLocForLineAndColumn(bufferId, line, 1);
     const char *p = lineStart.getPointer();
     if (!p)
       return lineStart;
-    const char *end = sm.getMemoryBuffer(sm.getMainFileID())->getBufferEnd();
+    const char *end = sm.getMemoryBuffer(bufferId)->getBufferEnd();
     for (size_t c = 0; c < col && p < end && *p != '\n';) {
       ++p;
       if ((static_cast<unsigned char>(*p) & 0xC0) != 0x80)
@@ -136,6 +148,7 @@ private:
   }
 
   llvm::SourceMgr &sm;
+  unsigned bufferId;
   mlir::MLIRContext &ctx;
   const SourceIndex &index;
 };
@@ -955,25 +968,41 @@ const char *findUnterminatedComment(llvm::StringRef text) {
   return nullptr;
 }
 
-/// Rejects nesting deeper than the parser may safely recurse, before the
-/// (recursive) ANTLR parser sees it.
-const char *findTooDeep(llvm::StringRef text) {
-  unsigned depth = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '"') { // skip string literals
-      for (++i; i < text.size() && text[i] != '"' && text[i] != '\n'; ++i)
-        if (text[i] == '\\')
-          ++i;
-    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
-      while (i < text.size() && text[i] != '\n')
-        ++i;
-    } else if (c == '(' || c == '[' || c == '{') {
-      if (++depth > kMaxNestingDepth)
-        return text.data() + i;
-    } else if ((c == ')' || c == ']' || c == '}') && depth > 0) {
-      --depth;
+/// Finds the token at which the (recursive) ANTLR parser would nest more
+/// than kMaxNestingDepth deep, before it sees the tokens. The measure is
+/// conservative: open brackets, plus the `?` and `??` of each bracket level
+/// since its last `,` or `;` (both are right-associative: each nests the
+/// rest), plus the current run of prefix operators (`!`, `-`, and the
+/// `list <` of nested list types).
+antlr4::Token *findTooDeep(const std::vector<antlr4::Token *> &tokens) {
+  std::vector<unsigned> conditionals = {0};
+  unsigned total = 0, run = 0;
+  for (antlr4::Token *tok : tokens) {
+    std::string t = tok->getText();
+    if (t == "(" || t == "[" || t == "{") {
+      conditionals.push_back(0);
+      run = 0;
+    } else if (t == ")" || t == "]" || t == "}") {
+      if (conditionals.size() > 1) {
+        total -= conditionals.back();
+        conditionals.pop_back();
+      }
+      run = 0;
+    } else if (t == "," || t == ";") {
+      total -= conditionals.back();
+      conditionals.back() = 0;
+      run = 0;
+    } else if (t == "?" || t == "??") {
+      ++conditionals.back();
+      ++total;
+      run = 0;
+    } else if (t == "!" || t == "-" || t == "list" || t == "<") {
+      ++run;
+    } else {
+      run = 0;
     }
+    if (conditionals.size() - 1 + total + run > kMaxNestingDepth)
+      return tok;
   }
   return nullptr;
 }
@@ -996,25 +1025,27 @@ std::unique_ptr<File> mdl::parseFile(llvm::SourceMgr &sourceMgr,
     mlir::emitError(located(comment)) << "unterminated /* comment";
     return nullptr;
   }
-  if (const char *deep = findTooDeep(text)) {
-    mlir::emitError(located(deep))
-        << "brackets nested more than " << kMaxNestingDepth << " deep";
-    return nullptr;
-  }
-
   SourceIndex index(text);
   try {
     antlr4::ANTLRInputStream input(text.str());
     input.name = buffer->getBufferIdentifier().str();
     mdlgen::MDLLexer lexer(&input);
     antlr4::CommonTokenStream tokens(&lexer);
-    mdlgen::MDLParser parser(&tokens);
-    DiagnosticErrorListener listener(sourceMgr, context, index);
+    DiagnosticErrorListener listener(sourceMgr, bufferId, context, index);
     lexer.removeErrorListeners();
-    parser.removeErrorListeners();
     lexer.addErrorListener(&listener);
+    tokens.fill();
+    if (antlr4::Token *deep = findTooDeep(tokens.getTokens())) {
+      listener.flush();
+      mlir::emitError(located(index.loc(deep->getStartIndex()).getPointer()))
+          << "expression nested more than " << kMaxNestingDepth << " deep";
+      return nullptr;
+    }
+    mdlgen::MDLParser parser(&tokens);
+    parser.removeErrorListeners();
     parser.addErrorListener(&listener);
     P::FileContext *tree = parser.file();
+    listener.flush();
     if (listener.errorCount)
       return nullptr;
     ASTBuilder builder(sourceMgr, context, index);

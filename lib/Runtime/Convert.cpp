@@ -2,6 +2,7 @@
 
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Host.h"
+#include "mdl/Runtime/RankRecord.h"
 
 #include <algorithm>
 #include <atomic>
@@ -419,6 +420,15 @@ static std::string shapeText(const std::vector<int64_t> &shape) {
 bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
                           std::string &error,
                           const std::set<std::string> &dropped) {
+  // A file that says it holds another rank is not read as this one.
+  RankIdentity id{from.layout().model, from.layout().backend, fromConfig,
+                  rank};
+  for (const auto &shard : ckpt->shards())
+    if (std::optional<std::string> wrong =
+            checkRankRecord(shard->header().metadata, id, shard->path)) {
+      error = *wrong;
+      return false;
+    }
   std::set<std::string> expected;
   for (const RankTensor &t : from.rankTensors(fromConfig, rank)) {
     expected.insert(t.name);
@@ -803,6 +813,14 @@ bool Converter::writeRanks(
     SafetensorsWriter writer;
     writer.setThreads(perFile);
     std::string err;
+    // Each rank file of a sharded layout records the rank it holds;
+    // addSource() checks it. An unsharded checkpoint (HF) has no ranks to
+    // swap and stays as its framework writes it.
+    if (!to.layout().mesh.empty())
+      for (const auto &[key, value] : rankRecord(
+               {to.layout().model, to.layout().backend, toConfig, ranks[f]}))
+        if (!writer.setMetadata(key, value, err))
+          return fail(err);
     for (size_t i = 0; i < tensors[f].size(); ++i) {
       Job *job = &jobs[f][i];
       SafetensorsWriter::FillFn fillFn = [&, job](uint64_t offset,

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Runtime/Model.h"
+#include "mdl/Runtime/File.h"
 
 #include <algorithm>
 #include <fstream>
@@ -55,15 +56,13 @@ const ModuleDecl *ModelDecl::find(const std::string &module) const {
 
 std::optional<HFConfig> HFConfig::load(const std::string &path,
                                        std::string &error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = "cannot read HF config '" + path + "'";
+  std::string text;
+  if (!readFile(path, text, error)) {
+    error = "cannot read HF config " + error;
     return std::nullopt;
   }
-  std::stringstream text;
-  text << in.rdbuf();
   json::ParseError err;
-  std::optional<json::Value> root = json::parse(text.str(), err);
+  std::optional<json::Value> root = json::parse(text, err);
   if (!root) {
     error = path + ":" + std::to_string(err.line) + ":" +
             std::to_string(err.column) + ": invalid JSON: " + err.message;
@@ -116,7 +115,7 @@ const json::Value *HFConfig::lookup(std::string_view path) const {
 // Evaluation
 //===----------------------------------------------------------------------===//
 
-Value Eval::present(Value v) {
+const Value &Eval::present(const Value &v) {
   if (v.kind == Value::Missing)
     throw EvalError{missingMessage(scope.model->config().path(), v)};
   return v;
@@ -231,7 +230,7 @@ std::string Instance::describe() const {
   return (path.empty() ? "the model" : path) + " (" + module->name + ")";
 }
 
-Value Instance::get(const std::string &name) {
+const Value &Instance::get(const std::string &name) {
   if (auto it = cache.find(name); it != cache.end())
     return it->second;
   const ValueDecl *decl = nullptr;
@@ -242,12 +241,20 @@ Value Instance::get(const std::string &name) {
     throw EvalError{"'" + name + "' is not defined in '" + module->name + "'"};
   if (inProgress[name])
     throw EvalError{"'" + name + "' depends on itself"};
+  if (model->evalDepth >= kMaxEvalDepth)
+    throw EvalError{"'" + name + "' needs names (or instances) nested more " +
+                    "than " + std::to_string(kMaxEvalDepth) + " deep"};
   inProgress[name] = true;
+  ++model->evalDepth;
   struct Done {
     std::map<std::string, bool> &m;
     const std::string &n;
-    ~Done() { m[n] = false; }
-  } done{inProgress, name};
+    int &depth;
+    ~Done() {
+      m[n] = false;
+      --depth;
+    }
+  } done{inProgress, name, model->evalDepth};
 
   Value result = at(decl->where, [&]() -> Value {
     if (decl->kind == ValueDecl::Input) {
@@ -269,8 +276,7 @@ Value Instance::get(const std::string &name) {
     fail(decl->where, "dimension '" + name + "' of " + describe() +
                           " has size " + std::to_string(result.i) +
                           "; sizes must be positive");
-  cache[name] = result;
-  return result;
+  return cache[name] = std::move(result);
 }
 
 //===----------------------------------------------------------------------===//
@@ -305,6 +311,16 @@ std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
 }
 
 void Model::build(Instance &node) {
+  if (evalDepth >= kMaxEvalDepth)
+    throw EvalError{"module '" + node.module->name +
+                    "' is instantiated more than " +
+                    std::to_string(kMaxEvalDepth) +
+                    " deep in names and instances"};
+  ++evalDepth;
+  struct Leave {
+    int &depth;
+    ~Leave() { --depth; }
+  } leave{evalDepth};
   for (const ValueDecl &v : node.module->values)
     node.get(v.name);
   for (const RequireDecl &r : node.module->requirements)
@@ -338,6 +354,12 @@ void Model::buildParams(Instance &node) {
       }
       p.axes.push_back(axis);
     }
+    if (__builtin_add_overflow(elementCount, n, &elementCount) ||
+        elementCount > kMaxModelElements)
+      fail(d.where, "the model has more than " +
+                        std::to_string(kMaxModelElements) +
+                        " elements (at parameter '" + p.path +
+                        "'): the config's sizes are out of bounds");
     if (d.dtype)
       p.dtype = *d.dtype;
     else if (defaultDType)

@@ -23,6 +23,41 @@ int64_t ParallelConfig::size(MeshAxis axis) const {
   return 1;
 }
 
+std::optional<int64_t> mdl::parseBoundedInt(std::string_view text,
+                                            int64_t min, int64_t max) {
+  if (text.empty() || text.size() > 19)
+    return std::nullopt;
+  int64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      return std::nullopt;
+    v = v * 10 + (c - '0'); // 19 digits cannot overflow
+  }
+  if (v < min || v > max)
+    return std::nullopt;
+  return v;
+}
+
+std::optional<std::string> ParallelConfig::checkBounds() const {
+  const std::pair<const char *, int64_t> axes[] = {
+      {"tp", tp}, {"pp", pp}, {"ep", ep}, {"etp", etp},
+      {"cp", cp}, {"dp", dp}, {"vpp", vpp}};
+  for (auto [name, v] : axes)
+    if (v < 1 || v > kMaxAxisSize)
+      return std::string(name) + "=" + std::to_string(v) +
+             " is out of bounds (1 to " + std::to_string(kMaxAxisSize) + ")";
+  // Each factor is at most 2^16: the product of three fits.
+  if (tp * pp * ep > kMaxRanks)
+    return "tp*pp*ep = " + std::to_string(tp * pp * ep) +
+           " ranks is more than the limit of " + std::to_string(kMaxRanks);
+  for (auto [name, v] : {std::pair{"first stage layers", firstStageLayers},
+                         std::pair{"last stage layers", lastStageLayers}})
+    if (v && (*v < 0 || *v > kMaxCount))
+      return std::string(name) + " " + std::to_string(*v) +
+             " is out of bounds (0 to " + std::to_string(kMaxCount) + ")";
+  return std::nullopt;
+}
+
 std::string ParallelConfig::str() const {
   std::string s = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
                   " ep=" + std::to_string(ep) + " etp=" + std::to_string(etp);

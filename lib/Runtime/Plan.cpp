@@ -1,6 +1,7 @@
 //===- Plan.cpp - What one rank holds, as strided views -------------------===//
 
 #include "mdl/Runtime/Plan.h"
+#include "mdl/Runtime/Value.h"
 
 #include <algorithm>
 #include <cassert>
@@ -245,6 +246,32 @@ void Planner::validate() {
         std::to_string(cfg.tp) + ": expert-tensor ranks are laid on tensor "
         "ranks");
 
+  // A config with absurd sizes must not make one entry name millions of
+  // tensors (listing them would exhaust memory before any check): the
+  // whole model is refused, never the entry skipped.
+  for (const TensorSpec &t : m.tensors) {
+    std::vector<int> params = tensorParams(t);
+    if (params.empty())
+      continue;
+    const Param &p = m.params[params.front()];
+    int64_t members = 1, layer = 0;
+    std::set<std::string> seen;
+    for (const NameSegment &seg : t.name) {
+      if (seg.kind == NameSegment::LayerIndex)
+        layer = seg.layer;
+      int a = seg.kind == NameSegment::Family ? p.atomIndex(seg.atom) : -1;
+      if (a < 0 || !seen.insert(seg.atom).second)
+        continue;
+      if (__builtin_mul_overflow(members, p.sizes[a], &members) ||
+          members > kMaxFamilySize) {
+        add("tensor '" + renderName(t, layer) + "' names more than " +
+            std::to_string(kMaxFamilySize) +
+            " tensors: the config's sizes are out of bounds");
+        return;
+      }
+    }
+  }
+
   // Splits: one reason per kind of parameter, with how many it affects.
   std::map<std::string, int> splitReasons;
   std::vector<std::string> order;
@@ -443,9 +470,20 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
                      [&](const auto &f) { return f.first == s.atom; }))
       out.families.push_back({s.atom, extent(params.front(), s.atom, ctx)});
   }
-
   // One piece per part: lay out the axes with that part's parameter.
   std::string name = renderName(t, out.localLayer);
+  // A config with absurd sizes must not make one entry name millions of
+  // tensors (listing them would exhaust memory before any check).
+  int64_t members = 1;
+  for (const auto &f : out.families)
+    if (__builtin_mul_overflow(members, f.second.count, &members) ||
+        members > kMaxFamilySize) {
+      problem("coverage", "tensor '" + name + "' names more than " +
+                              std::to_string(kMaxFamilySize) +
+                              " tensors: the config's sizes are out of bounds");
+      return false;
+    }
+
   std::vector<std::vector<int64_t>> shapes;
   for (int param : params) {
     const Param &p = m.params[param];

@@ -1,6 +1,7 @@
 //===- Safetensors.cpp - Reading and writing safetensors files ------------===//
 
 #include "mdl/Runtime/Safetensors.h"
+#include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Json.h"
 
 #include <algorithm>
@@ -92,55 +93,6 @@ std::optional<DType> parseSafetensorsDType(std::string_view name) {
   return std::nullopt;
 }
 
-/// Closes a file descriptor when it goes out of scope.
-struct FdGuard {
-  int fd = -1;
-  ~FdGuard() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
-
-/// Reads exactly `n` bytes at `offset`.
-bool preadAll(int fd, uint8_t *dst, size_t n, uint64_t offset) {
-  while (n > 0) {
-    ssize_t got = ::pread(fd, dst, n, off_t(offset));
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0) {
-      if (got == 0)
-        errno = EIO; // the file shrank under us
-      return false;
-    }
-    dst += got;
-    n -= size_t(got);
-    offset += uint64_t(got);
-  }
-  return true;
-}
-
-/// Opens `path` for reading and checks that it is a regular file.
-bool openRegular(const std::string &path, FdGuard &guard, uint64_t &size,
-                 std::string &error) {
-  guard.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (guard.fd < 0) {
-    error = path + ": cannot open: " + errnoText();
-    return false;
-  }
-  struct stat st;
-  if (::fstat(guard.fd, &st) != 0) {
-    error = path + ": cannot stat: " + errnoText();
-    return false;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    error = path + (S_ISDIR(st.st_mode) ? ": is a directory"
-                                        : ": is not a regular file");
-    return false;
-  }
-  size = uint64_t(st.st_size);
-  return true;
-}
-
 bool checkMinimumSize(const std::string &path, uint64_t fileSize,
                       std::string &error) {
   if (fileSize >= 8)
@@ -168,26 +120,6 @@ bool headerLength(const std::string &path, const uint8_t *first8,
     error = path + ": header length " + std::to_string(length) +
             " exceeds the limit of " +
             std::to_string(kMaxSafetensorsHeaderSize) + " bytes";
-    return false;
-  }
-  return true;
-}
-
-bool readWholeFile(const std::string &path, uint64_t maxSize, std::string &out,
-                   std::string &error) {
-  FdGuard guard;
-  uint64_t size = 0;
-  if (!openRegular(path, guard, size, error))
-    return false;
-  if (size > maxSize) {
-    error = path + ": file is " + std::to_string(size) +
-            " bytes, more than the limit of " + std::to_string(maxSize);
-    return false;
-  }
-  out.resize(size_t(size));
-  if (!preadAll(guard.fd, reinterpret_cast<uint8_t *>(out.data()), out.size(),
-                0)) {
-    error = path + ": cannot read: " + errnoText();
     return false;
   }
   return true;
@@ -821,7 +753,7 @@ bool SafetensorsWriter::write(const std::string &path,
 std::optional<CheckpointIndex>
 mdl::rt::readCheckpointIndex(const std::string &path, std::string &error) {
   std::string text;
-  if (!readWholeFile(path, kMaxSafetensorsHeaderSize, text, error))
+  if (!readFile(path, text, error, kMaxSafetensorsHeaderSize))
     return std::nullopt;
   auto fail = [&](const std::string &message) {
     error = path + ": " + message;

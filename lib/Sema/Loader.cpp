@@ -2,6 +2,7 @@
 
 #include "mdl/Parse/Parser.h"
 #include "mdl/Sema/Sema.h"
+#include "mdl/Runtime/File.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -104,20 +105,16 @@ const ast::File *Loader::load(const std::string &path, llvm::SMLoc importLoc) {
       }
       return finish(std::move(file), key, path, importLoc);
     }
-  auto bufferOrErr = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!bufferOrErr) {
-    if (importLoc.isValid())
-      mlir::emitError(loc(importLoc))
-          << "cannot open '" << path << "': " << bufferOrErr.getError().message();
-    else
-      mlir::emitError(mlir::UnknownLoc::get(&ctx))
-          << "cannot open '" << path
-          << "': " << bufferOrErr.getError().message();
+  std::string text, error;
+  if (!rt::readFile(path, text, error)) {
+    mlir::emitError(importLoc.isValid() ? loc(importLoc)
+                                        : mlir::UnknownLoc::get(&ctx))
+        << error;
     failed = true;
     return nullptr;
   }
-  unsigned bufferId =
-      sm.AddNewSourceBuffer(std::move(*bufferOrErr), importLoc);
+  unsigned bufferId = sm.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(text, path), importLoc);
   std::unique_ptr<ast::File> file = parseFile(sm, bufferId, ctx);
   if (!file) {
     failed = true;

@@ -10,6 +10,7 @@
 #include "mdl/Parse/Parser.h"
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Parallel.h"
+#include "mdl/Runtime/Value.h"
 #include "mdl/Sema/Sema.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -386,6 +387,14 @@ Type Analyzer::typeOfSymbol(const ModuleScope &scope, const ModuleSymbol &sym,
   // checkValueCycles reports.
   if (!inferring.insert(let).second)
     return Type();
+  // Inference follows the chain of lets recursively: bound its length.
+  if (inferring.size() > size_t(rt::kMaxEvalDepth)) {
+    error(useLoc) << "definitions chained more than " << rt::kMaxEvalDepth
+                  << " deep";
+    inferring.erase(let);
+    inferred[let] = Type();
+    return Type();
+  }
   ExprEnv env;
   env.scope = &scope;
   Type t = check(let->value.get(), env);
@@ -1246,6 +1255,16 @@ void Analyzer::checkValueCycles(const ModuleScope &scope) {
   };
   std::function<void(const ModuleSymbol *)> visit =
       [&](const ModuleSymbol *s) {
+        // A chain of definitions that long is refused where it gets too
+        // deep to follow (recursively) any further.
+        if (stack.size() >= size_t(rt::kMaxEvalDepth)) {
+          if (!edges[s].empty())
+            error(edges[s].front().second)
+                << "definitions chained more than " << rt::kMaxEvalDepth
+                << " deep";
+          state[s] = 2;
+          return;
+        }
         state[s] = 1;
         stack.push_back(s);
         for (auto &[target, useLoc] : edges[s]) {

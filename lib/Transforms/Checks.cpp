@@ -62,7 +62,10 @@ struct CheckPassImpl : public Base {
         o.checkpoint = {CheckpointSource::Inventory, this->hfInventory};
       session = std::make_shared<CheckSession>(o);
     }
-    bool failed = mlir::failed(session->prepare(top));
+    // In a shared pipeline an error of the preparation (a choice that
+    // fails to bind) is already reported and counted by the caller; the
+    // later checks still report theirs.
+    bool failed = mlir::failed(session->prepare(top)) && findingsFail;
     for (const CheckSession::Finding &f : session->findings()) {
       if (!llvm::is_contained(ids, f.check))
         continue;

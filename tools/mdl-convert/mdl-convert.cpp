@@ -15,6 +15,7 @@
 #include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Detect.h"
+#include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Progress.h"
 #include "mdl/Runtime/Lora.h"
@@ -111,13 +112,8 @@ bool exists(const std::string &p) {
 }
 
 bool readFile(const std::string &path, std::string &out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::stringstream s;
-  s << in.rdbuf();
-  out = s.str();
-  return true;
+  std::string error;
+  return rt::readFile(path, out, error);
 }
 
 /// Writes a small file atomically.
@@ -183,7 +179,7 @@ bool parseConfigJson(const json::Value &j, ParallelConfig &c) {
     c.firstStageLayers = x->asInt();
   if (const json::Value *x = j.get("last_stage_layers"))
     c.lastStageLayers = x->asInt();
-  return c.tp > 0 && c.pp > 0 && c.ep > 0 && c.etp > 0 && c.vpp > 0;
+  return !c.checkBounds();
 }
 
 /// Compares the stacks of two instances of one model: an override may ask
@@ -358,14 +354,16 @@ int main(int argc, char **argv) {
                flag == "--threads" ||
                flag == "--first-stage-layers" ||
                flag == "--last-stage-layers") {
-      char *end = nullptr;
       if (!value(v) || v.empty())
         return usage(flag + " needs a number");
-      long long n = std::strtoll(v.c_str(), &end, 10);
-      if (*end || n < (flag == "--rank" ? 0 : 1) || n > 1000000)
-        return usage(flag + " takes a " +
-                     (flag == "--rank" ? "non-negative" : "positive") +
-                     " integer, not '" + v + "'");
+      bool count = flag == "--rank" || flag.find("stage") != std::string::npos;
+      std::optional<int64_t> parsed = parseBoundedInt(
+          v, count ? 0 : 1, count ? kMaxCount : kMaxAxisSize);
+      if (!parsed)
+        return usage(flag + " takes an integer from " + (count ? "0" : "1") +
+                     " to " + std::to_string(count ? kMaxCount : kMaxAxisSize) +
+                     ", not '" + v + "'");
+      int64_t n = *parsed;
       if (flag == "--rank")
         onlyRank = n;
       else if (flag == "--threads")
@@ -394,6 +392,8 @@ int main(int argc, char **argv) {
                   g->backend.name.c_str(), g->model.spec.c_str());
     return 0;
   }
+  if (std::optional<std::string> why = target.checkBounds())
+    return usage(*why);
   if (model.empty() || fromName.empty() || toName.empty())
     return usage("--model, --from and --to are required");
   if (positional.size() != 2)
@@ -403,6 +403,12 @@ int main(int argc, char **argv) {
   const std::string &inDir = positional[0], &outDir = positional[1];
   if (!isDir(inDir))
     return fail("'" + inDir + "' is not a directory");
+  // The input is never written: OUT_DIR may not be, hold or lie in it.
+  std::vector<std::string> inputs = {inDir};
+  if (!configGiven.empty())
+    inputs.push_back(configGiven);
+  if (std::optional<std::string> why = outputOverlapsInput(outDir, inputs))
+    return fail(*why);
 
   // The generated units of the model: any of them knows the HF layout.
   const Generated *any = nullptr;
@@ -438,9 +444,11 @@ int main(int argc, char **argv) {
   std::vector<std::pair<std::string, std::string>> settled;
   if (fromName != "hf") {
     std::string text, error;
-    if (!readFile(inDir + "/plan.json", text))
-      return fail("'" + inDir + "' has no plan.json: a " + fromName +
-                  " checkpoint is read from what mdl-convert wrote");
+    if (!rt::readFile(inDir + "/plan.json", text, error))
+      return fail(exists(inDir + "/plan.json")
+                      ? error
+                      : "'" + inDir + "' has no plan.json: a " + fromName +
+                            " checkpoint is read from what mdl-convert wrote");
     json::ParseError perr;
     std::optional<json::Value> plan = json::parse(text, perr);
     if (!plan || plan->kind() != json::Value::Object)
@@ -485,7 +493,19 @@ int main(int argc, char **argv) {
 
   // The model as the checkpoint holds it. An HF source's storage variants
   // and open config entries are read from its files.
-  std::shared_ptr<Model> held;
+  // The config alone is checked first (its sizes bounded) before any
+  // checkpoint is read.
+  std::shared_ptr<Model> held = Model::create(any->model, *plain, error);
+  if (!held)
+    return fail(error);
+  {
+    // Sizes that make the layout unlistable (tensor families too large).
+    std::string ignored; // binding errors are reported with the choices
+    if (std::unique_ptr<Binding> unsharded =
+            Binding::bind(held, *fromDecl, choicesGiven, ignored))
+      for (const std::string &why : unsharded->validate(ParallelConfig()))
+        return fail(why);
+  }
   std::shared_ptr<Checkpoint> hfInput;
   std::string detected;
   if (fromName == "hf" && !adapters) {
@@ -502,10 +522,6 @@ int main(int argc, char **argv) {
     sourceChoices = d->choices;
     settled = d->values;
     detected = d->note;
-  } else {
-    held = Model::create(any->model, *plain, error);
-    if (!held)
-      return fail(error);
   }
   // The model asked for: overrides may lower a depth (the dropped
   // elements' tensors are skipped), never raise it.

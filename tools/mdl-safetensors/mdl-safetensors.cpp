@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Runtime/Cli.h"
+#include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Safetensors.h"
 
@@ -269,26 +270,9 @@ bool makeFill(const std::string &spec, const std::string &specDir, DType t,
   return false;
 }
 
-bool readText(const std::string &path, std::string &out, std::string &error) {
-  std::FILE *f = std::fopen(path.c_str(), "rb");
-  if (!f) {
-    error = path + ": cannot open: " + std::strerror(errno);
-    return false;
-  }
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-    out.append(buf, n);
-  bool ok = !std::ferror(f);
-  if (!ok)
-    error = path + ": cannot read: " + std::strerror(errno);
-  std::fclose(f);
-  return ok;
-}
-
 int write(const std::string &out, const std::string &specPath) {
   std::string text, error;
-  if (!readText(specPath, text, error))
+  if (!readFile(specPath, text, error))
     return inputError(error);
   auto fail = [&](const std::string &message) {
     return inputError(specPath + ": " + message);

@@ -6,6 +6,7 @@
 #include "mdl/Driver/Frontend.h"
 #include "mdl/Evaluate/Check.h"
 #include "mdl/Runtime/Cli.h"
+#include "mdl/Runtime/File.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringExtras.h"
@@ -229,10 +230,11 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       if (!optionWithValue((std::string("--") + axis).c_str()))
         continue;
       matched = true;
-      int64_t n;
-      if (missing || StringRef(value).getAsInteger(10, n) || n < 1)
-        return usageError(std::string("--") + axis +
-                          " takes a positive integer");
+      std::optional<int64_t> n =
+          missing ? std::nullopt : parseBoundedInt(value, 1, kMaxAxisSize);
+      if (!n)
+        return usageError(std::string("--") + axis + " takes an integer from 1 to " +
+                          std::to_string(kMaxAxisSize) + ", not '" + value + "'");
       options.axesGiven.insert(axis);
       ParallelConfig &p = options.parallel;
       StringRef name(axis);
@@ -242,25 +244,28 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
        : name == "etp" ? p.etp
        : name == "cp"  ? p.cp
        : name == "dp"  ? p.dp
-                       : p.vpp) = n;
+                       : p.vpp) = *n;
       break;
     }
     if (matched)
       continue;
     if (optionWithValue("--lora-rank")) {
-      int64_t n;
-      if (missing || StringRef(value).getAsInteger(10, n) || n < 1 ||
-          n > 65536)
-        return usageError("--lora-rank takes a positive integer");
-      options.loraRank = n;
+      std::optional<int64_t> n =
+          missing ? std::nullopt : parseBoundedInt(value, 1, 65536);
+      if (!n)
+        return usageError("--lora-rank takes an integer from 1 to 65536");
+      options.loraRank = *n;
       continue;
     }
     if (optionWithValue("--first-stage-layers") ||
         optionWithValue("--last-stage-layers") || optionWithValue("--rank")) {
-      int64_t n;
       std::string flag = a.substr(0, a.find('='));
-      if (missing || StringRef(value).getAsInteger(10, n) || n < 0)
-        return usageError(flag + " takes a non-negative integer");
+      std::optional<int64_t> parsed =
+          missing ? std::nullopt : parseBoundedInt(value, 0, kMaxCount);
+      if (!parsed)
+        return usageError(flag + " takes an integer from 0 to " +
+                          std::to_string(kMaxCount) + ", not '" + value + "'");
+      int64_t n = *parsed;
       if (flag == "--rank")
         options.rank = n;
       else if (flag == "--first-stage-layers")
@@ -307,6 +312,8 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
   else if (!options.hfDir.empty() &&
            cli::isFile(cli::configPathOf(options.hfDir)))
     options.hfConfig = cli::configPathOf(options.hfDir);
+  if (std::optional<std::string> why = options.parallel.checkBounds())
+    return usageError(*why);
   if (options.command == "emit" && options.outputDir.empty())
     return usageError("emit needs -o DIR");
   if (options.command == "plan" && options.backends.size() != 1)
@@ -376,15 +383,15 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
   if (options.command == "format")
     return runFormat(options, sourceMgr, context);
   for (const std::string &f : options.files) {
-    auto buffer = llvm::MemoryBuffer::getFile(f, /*IsText=*/true);
-    if (!buffer) {
-      llvm::errs() << "mdlc: error: cannot open '" << f
-                   << "': " << buffer.getError().message() << "\n";
+    std::string text, error;
+    if (!rt::readFile(f, text, error)) {
+      llvm::errs() << "mdlc: error: " << error << "\n";
       return 1;
     }
     // Diagnostics are verified against comments of the files given.
     if (options.verifyDiagnostics)
-      sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+      sourceMgr.AddNewSourceBuffer(
+          llvm::MemoryBuffer::getMemBufferCopy(text, f), llvm::SMLoc());
   }
 
   LoadOptions load;

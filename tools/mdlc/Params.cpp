@@ -4,6 +4,7 @@
 
 #include "mdl/Evaluate/Bind.h"
 #include "mdl/Runtime/Json.h"
+#include "mdl/Runtime/Plan.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -19,6 +20,13 @@ int mdl::runParams(const Options &options, mlir::ModuleOp top,
   if (!spec.bound)
     return 1;
   const std::unique_ptr<BoundModel> &bound = spec.bound;
+  // A layout the config makes unlistable (absurd sizes) is refused whole.
+  rt::Planner planner(bound->layout, ParallelConfig());
+  if (!planner.valid()) {
+    for (const std::string &why : planner.invalidReasons())
+      mlir::emitError(mlir::UnknownLoc::get(&context)) << why;
+    return 1;
+  }
   std::vector<rt::TensorListing> tensors =
       rt::listTensors(bound->layout, RankContext());
   std::sort(tensors.begin(), tensors.end(),

@@ -21,11 +21,92 @@
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mdl;
+
+namespace {
+
+/// Prints diagnostics as file:line:col with the source line and a caret,
+/// keeping the output bounded however many errors the input causes: an
+/// error whose message was already shown kMaxRepeats times is counted, not
+/// shown; after kMaxShown errors the rest are counted; a source line longer
+/// than kMaxLineLength is not shown. The counts are said at the end.
+class BoundedDiagnosticHandler : public mlir::SourceMgrDiagnosticHandler {
+public:
+  static constexpr unsigned kMaxRepeats = 5, kMaxShown = 100;
+  static constexpr size_t kMaxLineLength = 500;
+
+  BoundedDiagnosticHandler(llvm::SourceMgr &sm, mlir::MLIRContext *ctx)
+      : SourceMgrDiagnosticHandler(sm, ctx), sm(sm) {
+    setHandler([this](mlir::Diagnostic &d) { return handle(d); });
+  }
+  ~BoundedDiagnosticHandler() {
+    if (repeated || dropped)
+      llvm::errs() << "mdlc: " << repeated + dropped
+                   << " more errors not shown (" << repeated
+                   << " repeating a message shown " << kMaxRepeats
+                   << " times, " << dropped << " after the first "
+                   << kMaxShown << ")\n";
+  }
+
+private:
+  mlir::LogicalResult handle(mlir::Diagnostic &d) {
+    if (d.getSeverity() == mlir::DiagnosticSeverity::Error) {
+      if (++seen[d.str()] > kMaxRepeats) {
+        ++repeated;
+        return mlir::success();
+      }
+      if (++shown > kMaxShown) {
+        ++dropped;
+        return mlir::success();
+      }
+    }
+    emitDiagnostic(d.getLocation(), d.str(), d.getSeverity(),
+                   showLine(d.getLocation()));
+    // A note shows its source line only where it points elsewhere, as
+    // MLIR's handler does.
+    mlir::Location last = d.getLocation();
+    for (mlir::Diagnostic &note : d.getNotes()) {
+      emitDiagnostic(note.getLocation(), note.str(), note.getSeverity(),
+                     note.getLocation() != last &&
+                         showLine(note.getLocation()));
+      last = note.getLocation();
+    }
+    return mlir::success();
+  }
+
+  /// Whether the source line of `loc` is short enough to show.
+  bool showLine(mlir::Location loc) {
+    auto file = llvm::dyn_cast<mlir::FileLineColLoc>(loc);
+    if (!file)
+      return true;
+    const llvm::MemoryBuffer *buffer = getBufferForFile(file.getFilename());
+    if (!buffer || file.getLine() == 0)
+      return true;
+    unsigned id = 0;
+    for (unsigned i = 1; i <= sm.getNumBuffers() && !id; ++i)
+      if (sm.getMemoryBuffer(i) == buffer)
+        id = i;
+    llvm::SMLoc start = sm.FindLocForLineAndColumn(id, file.getLine(), 1);
+    if (!id || !start.isValid())
+      return true;
+    llvm::StringRef rest(start.getPointer(),
+                         buffer->getBufferEnd() - start.getPointer());
+    return rest.find('\n') <= kMaxLineLength ||
+           (rest.find('\n') == llvm::StringRef::npos &&
+            rest.size() <= kMaxLineLength);
+  }
+
+  llvm::SourceMgr &sm;
+  llvm::StringMap<unsigned> seen;
+  unsigned shown = 0, repeated = 0, dropped = 0;
+};
+
+} // namespace
 
 static const char *kUsage = R"(usage: mdlc <command> [options] FILE...
 
@@ -102,7 +183,7 @@ int main(int argc, char **argv) {
   context.printOpOnDiagnostic(false);
   // Errors print as file:line:col with the source line and a caret.
   llvm::SourceMgr sourceMgr;
-  std::unique_ptr<mlir::SourceMgrDiagnosticHandler> handler;
+  std::unique_ptr<BoundedDiagnosticHandler> handler;
   std::unique_ptr<mlir::SourceMgrDiagnosticVerifierHandler> verifier;
   std::unique_ptr<DiagnosticCollector> collector;
   if (options.diagnosticsFormat != "text")
@@ -111,8 +192,7 @@ int main(int argc, char **argv) {
     verifier = std::make_unique<mlir::SourceMgrDiagnosticVerifierHandler>(
         sourceMgr, &context);
   else
-    handler = std::make_unique<mlir::SourceMgrDiagnosticHandler>(sourceMgr,
-                                                                 &context);
+    handler = std::make_unique<BoundedDiagnosticHandler>(sourceMgr, &context);
   int code = runCommand(options, sourceMgr, context);
   if (collector) {
     if (options.diagnosticsFile.empty()) {

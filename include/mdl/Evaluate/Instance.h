@@ -109,6 +109,10 @@ public:
 
   /// The value of a name declared in this module.
   mlir::FailureOr<EvalValue> get(llvm::StringRef name, mlir::Location useLoc);
+  /// The same, as a reference into the cache (which keeps it): reading a
+  /// long list (a config's layer_types, per layer) copies nothing.
+  mlir::FailureOr<const EvalValue *> getRef(llvm::StringRef name,
+                                            mlir::Location useLoc);
   /// Evaluates a region of an op of this module (or a layout of it, or a
   /// backend) and returns what it yields.
   mlir::FailureOr<std::vector<EvalValue>>
@@ -180,6 +184,10 @@ private:
   bool raiseSingles = false;
   std::vector<std::string> raised;
   size_t paramCount = 0;
+  /// Names being evaluated, and instances being built, one inside another.
+  int evalDepth = 0;
+  /// Elements of every parameter so far, bounded by rt::kMaxModelElements.
+  int64_t elementCount = 0;
   /// Parameters and instances placed by the model's pipeline op.
   llvm::StringMap<std::string> placement;
   std::string stagedStack;

@@ -275,7 +275,10 @@ public:
   std::vector<std::string> childOrder;
 
   /// The value of a name of this instance's module.
-  Value get(const std::string &name);
+  /// The value of `name`, computed once; a reference into the cache, so
+  /// that reading a long list (a config's layer_types, per layer) copies
+  /// nothing.
+  const Value &get(const std::string &name);
   std::string describe() const;
 
 private:
@@ -320,6 +323,10 @@ private:
   std::optional<DType> defaultDType;
   std::map<std::string, std::string> placement;
   std::string stagedStack;
+  /// Elements of every parameter so far, bounded by kMaxModelElements.
+  int64_t elementCount = 0;
+  /// Names being evaluated, and instances being built, one inside another.
+  int evalDepth = 0;
 };
 
 /// What generated expressions read: the instance's names, the config, the
@@ -331,14 +338,14 @@ public:
        std::vector<Value> args = {})
       : scope(scope), ctx(ctx), choices(choices), args(std::move(args)) {}
 
-  Value get(const char *name) { return scope.get(name); }
+  const Value &get(const char *name) { return scope.get(name); }
   Value hf(const char *path, const char *type);
   Value context(const char *var);
   Value choice(const char *name, const char *first);
   bool is(const char *instance, const char *module);
   const Value &arg(size_t i);
   /// `v`, or an error when it is missing.
-  Value present(Value v);
+  const Value &present(const Value &v);
 
   Instance &scope;
   const RankContext *ctx;

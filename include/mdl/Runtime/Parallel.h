@@ -24,6 +24,18 @@ constexpr std::array<std::string_view, 6> kMeshAxisNames = {
     "tp", "pp", "ep", "etp", "cp", "dp"};
 std::optional<MeshAxis> parseMeshAxis(std::string_view name);
 
+/// Bounds on what a command line, a grid or a plan.json may ask for, so that
+/// no configuration overflows, exhausts memory or runs for ever: the size
+/// of one axis (and --vpp), the number of ranks of a configuration, and a
+/// count of layers or a rank.
+constexpr int64_t kMaxAxisSize = 65536;
+constexpr int64_t kMaxRanks = int64_t(1) << 20;
+constexpr int64_t kMaxCount = int64_t(1) << 20;
+
+/// Parses a decimal integer in [min, max] (the whole of `text`).
+std::optional<int64_t> parseBoundedInt(std::string_view text, int64_t min,
+                                       int64_t max);
+
 struct ParallelConfig {
   int64_t tp = 1, pp = 1, ep = 1, etp = 1, cp = 1, dp = 1;
   /// Virtual pipeline stages (model chunks) per pipeline rank.
@@ -36,6 +48,10 @@ struct ParallelConfig {
 
   int64_t size(MeshAxis axis) const;
   std::string str() const;
+  /// Why this configuration is out of bounds (an axis outside
+  /// [1, kMaxAxisSize], more than kMaxRanks ranks, a stage of more than
+  /// kMaxCount layers); nullopt when it is within them.
+  std::optional<std::string> checkBounds() const;
 };
 
 /// One rank's coordinates in a parallel configuration.

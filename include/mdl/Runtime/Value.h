@@ -76,6 +76,15 @@ std::string missingMessage(std::string_view configPath, const Value &missing);
 /// Bounds that keep hostile configs from exhausting memory or time.
 constexpr int64_t kMaxListLength = 1 << 22;
 constexpr int64_t kMaxStackLength = 1 << 20;
+/// The most tensors one layout entry may name (a family over layers and
+/// experts: 100 layers of 512 experts are 51200), and the most elements a
+/// model may have (2^46, 70 trillion).
+constexpr int64_t kMaxFamilySize = 1 << 18;
+constexpr int64_t kMaxModelElements = int64_t(1) << 46;
+/// The longest chain of names whose values need each other (`let b = a;
+/// let c = b; ...`), and the deepest nesting of module instances: both are
+/// evaluated recursively.
+constexpr int kMaxEvalDepth = 1000;
 
 } // namespace mdl::rt
 

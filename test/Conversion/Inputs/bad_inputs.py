@@ -138,12 +138,12 @@ def main():
     in_the_way = {"rank-dir-is-a-file": "mp_rank_01_000",
                   "rank-file-is-a-dir": "mp_rank_01_000/model.safetensors/x"}
     for name, path in in_the_way.items():
-        os.makedirs(os.path.dirname(os.path.join(name, "out", path)),
+        os.makedirs(os.path.dirname(os.path.join(name + ".out", path)),
                     exist_ok=True)
         if name.endswith("file"):
-            open(os.path.join(name, "out", path), "w").close()
+            open(os.path.join(name + ".out", path), "w").close()
         else:
-            os.makedirs(os.path.join(name, "out", path))
+            os.makedirs(os.path.join(name + ".out", path))
         cases.append((name, good, to_backend))
 
     def tree(d):
@@ -152,7 +152,7 @@ def main():
 
     failures = []
     for name, d, extra in cases:
-        out = os.path.join(name, "out")
+        out = name + ".out"  # beside the input: never inside it
         before = tree(out)
         cmd = [args.convert, "--quiet"] + extra + [d, out]
         if "--model" not in extra:

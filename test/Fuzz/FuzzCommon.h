@@ -1,0 +1,37 @@
+//===- FuzzCommon.h - What the libFuzzer harnesses share --------*- C++ -*-===//
+//
+// Each harness (fuzz-*.cpp) feeds its input to one surface of MDL through
+// the real command-line entry points: mdlc's commands and mdl-convert's
+// main(), run in a private scratch directory that holds a copy of the model
+// library. The input is written there as the file the surface reads.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_FUZZ_FUZZCOMMON_H
+#define MDL_FUZZ_FUZZCOMMON_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mdl::fuzz {
+
+/// Makes the scratch directory (once), copies models/ into it and enters
+/// it; stdout goes to /dev/null.
+void enterScratch();
+/// Writes `data` to `path` (relative to the scratch directory).
+void writeFile(const std::string &path, const uint8_t *data, size_t size);
+void writeFile(const std::string &path, const std::string &text);
+/// Removes `path` and everything under it.
+void removeTree(const std::string &path);
+/// Runs mdlc with `args` (its diagnostics discarded); its exit code.
+int runMdlc(const std::vector<std::string> &args);
+/// Runs mdl-convert with `args`; its exit code.
+int runConvert(const std::vector<std::string> &args);
+/// Splits `data` at NUL bytes and newlines into arguments.
+std::vector<std::string> splitArgs(const uint8_t *data, size_t size);
+
+} // namespace mdl::fuzz
+
+#endif // MDL_FUZZ_FUZZCOMMON_H

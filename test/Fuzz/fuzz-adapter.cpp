@@ -1,0 +1,28 @@
+//===- fuzz-adapter.cpp - LoRA adapters -----------------------------------===//
+//
+// The input is an HF-PEFT adapter_model.safetensors of qwen3 (the config
+// of test/Fuzz/rank-dir), converted by mdl-convert --adapters to mcore_te
+// at tp=2.
+
+#include "FuzzCommon.h"
+
+#include <filesystem>
+
+using namespace mdl;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  fuzz::enterScratch();
+  static bool once = [] {
+    fuzz::removeTree("adapters");
+    std::filesystem::create_directory("adapters");
+    std::filesystem::copy_file(MDL_SOURCE_DIR "/test/Fuzz/rank-dir/config.json",
+                               "adapters/config.json");
+    return true;
+  }();
+  (void)once;
+  fuzz::writeFile("adapters/adapter_model.safetensors", data, size);
+  fuzz::runConvert({"--model", "qwen3", "--from", "hf", "--to", "mcore_te",
+                    "--tp", "2", "--adapters", "adapters", "out"});
+  fuzz::removeTree("out");
+  return 0;
+}

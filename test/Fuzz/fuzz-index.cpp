@@ -1,0 +1,13 @@
+//===- fuzz-index.cpp - model.safetensors.index.json ----------------------===//
+
+#include "FuzzCommon.h"
+
+using namespace mdl;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  fuzz::enterScratch();
+  fuzz::writeFile("model.safetensors.index.json", data, size);
+  fuzz::runMdlc({"check", "models/qwen3.mdl", "--backend", "hf",
+                 "--hf-index", "model.safetensors.index.json"});
+  return 0;
+}
