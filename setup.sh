@@ -24,7 +24,7 @@ case "$mode" in
   *) echo "usage: $0 [run|test] [--sanitize]" >&2; exit 2 ;;
 esac
 
-packages=(g++ cmake ninja-build python3 python3-numpy llvm-19-dev libmlir-19-dev
+packages=(g++ cmake ninja-build python3 python3-numpy python3-torch llvm-19-dev libmlir-19-dev
           mlir-19-tools llvm-19-tools antlr4 libantlr4-runtime-dev libfmt-dev
           uuid-dev)
 missing=()

@@ -505,11 +505,20 @@ bool Unpickler::tensorFrom(const std::vector<Value *> &args, Value *&out) {
 /// What calling `callable` with `args` gives, without calling anything: a
 /// tensor, an ordered dict, or an inert object.
 bool Unpickler::call(Value *callable, Value *args, Value *&out) {
-  const std::string name =
-      callable && callable->kind == Value::Global ? callable->s : "";
+  std::string name;
   std::vector<Value *> a;
-  if (args && args->kind == Value::Tuple)
-    a = args->items;
+  // _rebuild_from_type_v2(func, type, args, state) is func(*args); a few
+  // such wrappings are unwrapped, more are an inert object.
+  for (int wraps = 0; wraps < 4; ++wraps) {
+    name = callable && callable->kind == Value::Global ? callable->s : "";
+    a.clear();
+    if (args && args->kind == Value::Tuple)
+      a = args->items;
+    if (name != "torch._tensor._rebuild_from_type_v2" || a.size() < 3)
+      break;
+    callable = a[0];
+    args = a[2];
+  }
   if (name == "torch._utils._rebuild_tensor_v2" ||
       name == "torch._utils._rebuild_tensor")
     return tensorFrom(a, out);
@@ -520,9 +529,6 @@ bool Unpickler::call(Value *callable, Value *args, Value *&out) {
     out = a[0];
     return true;
   }
-  // _rebuild_from_type_v2(func, type, args, state)
-  if (name == "torch._tensor._rebuild_from_type_v2" && a.size() >= 3)
-    return call(a[0], a[2], out);
   if (name == "collections.OrderedDict" && a.empty()) {
     out = make(Value::Dict);
     return true;

@@ -7,7 +7,9 @@ here reads the compiler's IR or plans. Given an HF checkpoint, its config
 and a parallel configuration, it builds every tensor of a rank of
 mcore_te, mcore_local or vllm for the models of the library (qwen3,
 qwen3_moe, qwen3_5, qwen3_5_moe), and compares them byte for byte with the
-files mdl-convert wrote.
+files mdl-convert wrote: Megatron's torch layout (read with pickle and
+zipfile, no torch) or per-rank safetensors, in the rank directories
+Megatron's ranks load.
 
   reference.py HF_DIR OUT_DIR --model M --backend B --tp N --pp N --ep N --etp N
 """
