@@ -367,7 +367,7 @@ private:
     return pushInt(int64_t(v));
   }
   bool memoPut(uint64_t key) {
-    Value *v;
+    Value *v = nullptr;
     if (!top(v))
       return false;
     memo[key] = v;
