@@ -26,7 +26,7 @@ case "$mode" in
   *) echo "usage: $0 [run|test] [--sanitize]" >&2; exit 2 ;;
 esac
 
-packages=(g++ cmake ninja-build python3 python3-numpy llvm-19-dev libmlir-19-dev
+packages=(g++ cmake ninja-build python3 python3-numpy python3-torch llvm-19-dev libmlir-19-dev
           mlir-19-tools llvm-19-tools antlr4 libantlr4-runtime-dev libfmt-dev
           uuid-dev pkg-config librsvg2-bin clang-19 libclang-rt-19-dev)
 # The editor grammar's test runs on node with modules from npm; a node that

@@ -398,7 +398,15 @@ Converter::Converter(const Binding &from, const ParallelConfig &fromConfig,
                      const Binding &to, const ParallelConfig &toConfig)
     : from(from), to(to), fromConfig(fromConfig), toConfig(toConfig),
       numThreads(usableCpus()) {
+  std::set<int64_t> all;
   for (int64_t r = 0; r < Binding::numRanks(fromConfig); ++r)
+    all.insert(r);
+  restrictSources(all);
+}
+
+void Converter::restrictSources(const std::set<int64_t> &ranks) {
+  holders.clear();
+  for (int64_t r : ranks)
     for (const RankTensor &t : from.rankTensors(fromConfig, r)) {
       if (t.copy)
         continue;
@@ -742,7 +750,8 @@ bool Converter::writeRanks(
     const std::vector<int64_t> &ranks, const std::vector<std::string> &paths,
     std::string &error,
     const std::function<void(const ConvertProgress &)> &progress,
-    const std::function<void(size_t)> &written) {
+    const std::function<void(size_t)> &written,
+    const WriterFactory &makeWriter) {
   size_t files = std::min(ranks.size(), paths.size());
   // Every tensor of every file is planned before anything is written.
   std::vector<std::vector<RankTensor>> tensors(files);
@@ -810,7 +819,9 @@ bool Converter::writeRanks(
       progress(state);
   };
   auto writeFile = [&](size_t f) {
-    SafetensorsWriter writer;
+    std::unique_ptr<TensorFileWriter> made =
+        makeWriter ? makeWriter(f) : std::make_unique<SafetensorsWriter>();
+    TensorFileWriter &writer = *made;
     writer.setThreads(perFile);
     std::string err;
     // Each rank file of a sharded layout records the rank it holds;
@@ -823,7 +834,7 @@ bool Converter::writeRanks(
           return fail(err);
     for (size_t i = 0; i < tensors[f].size(); ++i) {
       Job *job = &jobs[f][i];
-      SafetensorsWriter::FillFn fillFn = [&, job](uint64_t offset,
+      TensorFileWriter::FillFn fillFn = [&, job](uint64_t offset,
                                                   uint8_t *dst, size_t n,
                                                   std::string &fillError) {
         if (failed) {
@@ -837,7 +848,7 @@ bool Converter::writeRanks(
       };
       // Bytes that are a long run of a source file are copied from there
       // (short runs are cheaper to copy from the mapping).
-      SafetensorsWriter::SourceFn sourceFn = [&, job](uint64_t offset,
+      TensorFileWriter::SourceFn sourceFn = [&, job](uint64_t offset,
                                                       size_t &n, int &fd,
                                                       uint64_t &fileOffset) {
         size_t size = byteSize(job->tensor->dtype);

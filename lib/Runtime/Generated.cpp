@@ -101,18 +101,50 @@ std::vector<std::string> Binding::validate(const ParallelConfig &config) const {
   return Planner(bound.layout, config).invalidReasons();
 }
 
+/// A backend setting for a rank, or nothing when it fails to evaluate.
+static std::optional<Value> setting(const Binding &b, const Expr &fn,
+                                    const ParallelConfig &config,
+                                    int64_t rank) {
+  RankContext ctx = rankContexts(config, rank).front();
+  Eval e(b.model()->root(), &ctx, &b.layout().choices);
+  try {
+    return e.present(fn(e));
+  } catch (EvalError &) {
+    return std::nullopt;
+  }
+}
+
 std::string Binding::rankDir(const ParallelConfig &config,
                              int64_t rank) const {
-  RankContext ctx = rankContexts(config, rank).front();
-  if (!backendDecl->rankDir) {
+  std::optional<Value> v;
+  if (backendDecl->rankDir)
+    v = setting(*this, backendDecl->rankDir, config, rank);
+  else {
+    RankContext ctx = rankContexts(config, rank).front();
     std::string tp = std::to_string(ctx.tpRank);
     return "rank_" + std::string(tp.size() < 2 ? 2 - tp.size() : 0, '0') + tp;
   }
-  Eval e(instance->root(), &ctx, &bound.layout.choices);
-  try {
-    return e.present(backendDecl->rankDir(e)).s;
-  } catch (EvalError &) {
-    return "rank_" + std::to_string(rank);
-  }
+  return v ? v->s : "rank_" + std::to_string(rank);
+}
+
+std::string Binding::rankFile() const {
+  std::optional<Value> v;
+  if (backendDecl->rankFile)
+    v = setting(*this, backendDecl->rankFile, ParallelConfig(), 0);
+  return v ? v->s : "model.safetensors";
+}
+
+std::string Binding::trackerFile() const {
+  std::optional<Value> v;
+  if (backendDecl->trackerFile)
+    v = setting(*this, backendDecl->trackerFile, ParallelConfig(), 0);
+  return v ? v->s : "";
+}
+
+bool Binding::rankSaved(const ParallelConfig &config, int64_t rank) const {
+  std::optional<Value> v;
+  if (backendDecl->rankSaved)
+    v = setting(*this, backendDecl->rankSaved, config, rank);
+  return !v || v->i != 0;
 }
 

@@ -3,6 +3,7 @@
 #include "mdl/Runtime/Safetensors.h"
 #include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Json.h"
+#include "mdl/Runtime/TorchCheckpoint.h"
 
 #include <algorithm>
 #include <atomic>
@@ -372,7 +373,7 @@ SafetensorsFile::~SafetensorsFile() {
 // Writing
 //===----------------------------------------------------------------------===//
 
-bool SafetensorsWriter::addEntry(Entry e, std::string &error) {
+bool TensorFileWriter::addEntry(Entry e, std::string &error) {
   const std::string &name = e.info.name;
   std::string what = "tensor " + nameText(name);
   if (name == "__metadata__") {
@@ -409,7 +410,7 @@ bool SafetensorsWriter::addEntry(Entry e, std::string &error) {
   return true;
 }
 
-bool SafetensorsWriter::add(std::string name, DType dtype,
+bool TensorFileWriter::add(std::string name, DType dtype,
                             std::vector<int64_t> shape, const void *data,
                             std::string &error) {
   Entry e;
@@ -420,7 +421,7 @@ bool SafetensorsWriter::add(std::string name, DType dtype,
   return addEntry(std::move(e), error);
 }
 
-bool SafetensorsWriter::add(std::string name, DType dtype,
+bool TensorFileWriter::add(std::string name, DType dtype,
                             std::vector<int64_t> shape, FillFn fill,
                             std::string &error) {
   Entry e;
@@ -431,7 +432,7 @@ bool SafetensorsWriter::add(std::string name, DType dtype,
   return addEntry(std::move(e), error);
 }
 
-bool SafetensorsWriter::add(std::string name, DType dtype,
+bool TensorFileWriter::add(std::string name, DType dtype,
                             std::vector<int64_t> shape, FillFn fill,
                             SourceFn source, std::string &error) {
   Entry e;
@@ -443,8 +444,8 @@ bool SafetensorsWriter::add(std::string name, DType dtype,
   return addEntry(std::move(e), error);
 }
 
-bool SafetensorsWriter::setMetadata(std::string key, std::string value,
-                                    std::string &error) {
+bool TensorFileWriter::setMetadata(std::string key, std::string value,
+                                   std::string &error) {
   if (!isValidUtf8(key) || !isValidUtf8(value)) {
     error = "metadata " + nameText(key) + " is not valid UTF-8";
     return false;
@@ -583,8 +584,153 @@ void mdl::rt::runWorkers(size_t n, const std::function<void()> &work) {
     t.join();
 }
 
-void SafetensorsWriter::setThreads(unsigned n) {
+void TensorFileWriter::setThreads(unsigned n) {
   numThreads = std::max(1u, std::min(n, 256u));
+}
+
+bool TensorFileWriter::stream(const std::string &path,
+                              const std::vector<Region> &regions,
+                              const HeaderFn &headers,
+                              std::string &error) const {
+  // The regions' bytes, one after the other, make a stream that is cut in
+  // chunks; `starts` says where each region begins in it, and its size last.
+  std::vector<uint64_t> starts;
+  uint64_t total = 0;
+  for (const Region &r : regions) {
+    uint64_t size = r.entry->info.dataEnd;
+    if (size > uint64_t(std::numeric_limits<int64_t>::max()) - total) {
+      error = path + ": the tensors' total size overflows 64 bits";
+      return false;
+    }
+    starts.push_back(total);
+    total += size;
+  }
+  starts.push_back(total);
+
+  TempFile out(path);
+  if (!out.create(error))
+    return false;
+  // Chunks are taken in order by the workers; a chunk may hold the ends of
+  // several tensors. One worker fills each tensor in order. The CRC-32 of
+  // what each chunk holds of a region, to be combined in order.
+  struct CrcPiece {
+    size_t region;
+    uint64_t length;
+    uint32_t crc;
+  };
+  uint64_t numChunks = (total + kChunkSize - 1) / kChunkSize;
+  std::vector<std::vector<CrcPiece>> crcPieces(static_cast<size_t>(numChunks));
+  std::atomic<uint64_t> nextChunk{0};
+  std::atomic<bool> failed{false};
+  std::mutex errorMutex;
+  std::string firstError;
+  auto fail = [&](const std::string &message) {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    if (!failed.exchange(true))
+      firstError = message;
+  };
+  auto fileOffset = [&](size_t i, uint64_t at) {
+    return regions[i].fileOffset + (at - starts[i]);
+  };
+  auto work = [&] {
+    std::vector<uint8_t> buffer;
+    std::string fillError, writeError;
+    for (;;) {
+      uint64_t c = nextChunk++;
+      if (c >= numChunks || failed)
+        return;
+      uint64_t lo = c * kChunkSize, hi = std::min(total, lo + kChunkSize);
+      // The first region that ends after `lo`.
+      size_t i = size_t(std::upper_bound(starts.begin(), starts.end(), lo) -
+                        starts.begin()) -
+                 1;
+      const Entry *e = regions[i].entry;
+      // A chunk inside one tensor given as bytes goes out from there.
+      if (!e->fill && !regions[i].crc && starts[i + 1] >= hi) {
+        if (!out.writeAt(fileOffset(i, lo),
+                         static_cast<const uint8_t *>(e->data) +
+                             (lo - starts[i]),
+                         size_t(hi - lo), writeError))
+          return fail(writeError);
+        continue;
+      }
+      // Bytes that are in a file already are copied from there; the others
+      // are filled into the buffer, which goes out in one write per run
+      // between copies and between regions apart in the file.
+      buffer.resize(size_t(hi - lo));
+      uint64_t unwritten = lo; // buffered bytes [unwritten, at) not written
+      size_t unwrittenRegion = i;
+      auto flush = [&](uint64_t at, size_t next) {
+        bool ok = unwritten == at ||
+                  out.writeAt(fileOffset(unwrittenRegion, unwritten),
+                              buffer.data() + (unwritten - lo),
+                              size_t(at - unwritten), writeError);
+        unwritten = at;
+        unwrittenRegion = next;
+        return ok;
+      };
+      for (; i < regions.size() && starts[i] < hi; ++i) {
+        const Region &r = regions[i];
+        e = r.entry;
+        if (i > unwrittenRegion &&
+            r.fileOffset != fileOffset(i - 1, starts[i]) &&
+            !flush(starts[i], i))
+          return fail(writeError);
+        uint64_t from = std::max(lo, starts[i]), to = std::min(hi, starts[i + 1]);
+        for (uint64_t at = from; at < to;) {
+          size_t n = size_t(to - at), element = byteSize(e->info.dtype);
+          int fd = -1;
+          uint64_t sourceOffset = 0;
+          bool inFile = !r.crc && e->source &&
+                        e->source(at - starts[i], n, fd, sourceOffset);
+          if (n == 0 || n > to - at || n % element)
+            n = size_t(to - at), inFile = false;
+          if (inFile) {
+            if (!flush(at, i))
+              return fail(writeError);
+            // What a short copy leaves, whole elements, is filled.
+            size_t copied = out.copyAt(fileOffset(i, at), fd, sourceOffset, n);
+            copied -= copied % element;
+            at += copied;
+            unwritten = at;
+            n -= copied;
+            if (n == 0)
+              continue;
+          }
+          uint8_t *dst = buffer.data() + (at - lo);
+          if (!e->fill)
+            std::memcpy(dst,
+                        static_cast<const uint8_t *>(e->data) +
+                            (at - starts[i]),
+                        n);
+          else if (!e->fill(at - starts[i], dst, n, fillError))
+            return fail(path + ": tensor " + nameText(e->info.name) + ": " +
+                        fillError);
+          at += n;
+        }
+        if (r.crc && to > from)
+          crcPieces[size_t(c)].push_back(
+              {i, to - from, crc32(0, buffer.data() + (from - lo), to - from)});
+      }
+      if (!flush(hi, i))
+        return fail(writeError);
+    }
+  };
+  runWorkers(std::min<uint64_t>(numThreads, std::max<uint64_t>(numChunks, 1)),
+             work);
+  if (failed) {
+    error = firstError;
+    return false;
+  }
+  std::vector<uint32_t> crcs(regions.size(), 0);
+  for (const std::vector<CrcPiece> &pieces : crcPieces)
+    for (const CrcPiece &p : pieces)
+      crcs[p.region] = crc32Combine(crcs[p.region], p.crc, p.length);
+  for (const auto &[offset, bytes] : headers(crcs))
+    if (!out.writeAt(offset, reinterpret_cast<const uint8_t *>(bytes.data()),
+                     bytes.size(), error))
+      return false;
+  return out.commit(error);
 }
 
 bool SafetensorsWriter::write(const std::string &path,
@@ -598,8 +744,6 @@ bool SafetensorsWriter::write(const std::string &path,
                      return byteSize(a->info.dtype) > byteSize(b->info.dtype);
                    });
   std::map<std::string_view, uint64_t> begins;
-  // Where each tensor (in data order) begins; the data section's size last.
-  std::vector<uint64_t> starts;
   uint64_t offset = 0;
   for (const Entry *e : order) {
     uint64_t size = e->info.dataEnd;
@@ -608,10 +752,8 @@ bool SafetensorsWriter::write(const std::string &path,
       return false;
     }
     begins[e->info.name] = offset;
-    starts.push_back(offset);
     offset += size;
   }
-  starts.push_back(offset);
 
   // The header, tensors sorted by name (the order of `entries`).
   std::string header = "{";
@@ -638,112 +780,20 @@ bool SafetensorsWriter::write(const std::string &path,
   header += "}";
   // Pad with spaces so that the data section starts 8-byte aligned.
   header.append((8 - header.size() % 8) % 8, ' ');
-
-  TempFile out(path);
-  if (!out.create(error))
-    return false;
   std::string prefix(8, '\0');
   for (int i = 0; i < 8; ++i)
     prefix[size_t(i)] = char(uint8_t(uint64_t(header.size()) >> (8 * i)));
   prefix += header;
-  if (!out.writeAt(0, reinterpret_cast<const uint8_t *>(prefix.data()),
-                   prefix.size(), error))
-    return false;
 
-  // The data section in chunks, taken in order by the workers; a chunk may
-  // hold the ends of several tensors. One worker fills each tensor in order.
-  uint64_t dataStart = prefix.size(), total = offset;
-  uint64_t numChunks = (total + kChunkSize - 1) / kChunkSize;
-  std::atomic<uint64_t> nextChunk{0};
-  std::atomic<bool> failed{false};
-  std::mutex errorMutex;
-  std::string firstError;
-  auto fail = [&](const std::string &message) {
-    std::lock_guard<std::mutex> lock(errorMutex);
-    if (!failed.exchange(true))
-      firstError = message;
-  };
-  auto work = [&] {
-    std::vector<uint8_t> buffer;
-    std::string fillError, writeError;
-    for (;;) {
-      uint64_t c = nextChunk++;
-      if (c >= numChunks || failed)
-        return;
-      uint64_t lo = c * kChunkSize, hi = std::min(total, lo + kChunkSize);
-      // The first tensor that ends after `lo`.
-      size_t i = size_t(std::upper_bound(starts.begin(), starts.end(), lo) -
-                        starts.begin()) -
-                 1;
-      const Entry *e = order[i];
-      // A chunk inside one tensor given as bytes goes out from there.
-      if (!e->fill && starts[i + 1] >= hi) {
-        if (!out.writeAt(dataStart + lo,
-                         static_cast<const uint8_t *>(e->data) +
-                             (lo - starts[i]),
-                         size_t(hi - lo), writeError))
-          return fail(writeError);
-        continue;
-      }
-      // Bytes that are in a file already are copied from there; the others
-      // are filled into the buffer, which goes out in one write per run
-      // between copies.
-      buffer.resize(size_t(hi - lo));
-      uint64_t unwritten = lo; // buffered bytes [unwritten, at) not written
-      auto flush = [&](uint64_t at) {
-        bool ok = unwritten == at ||
-                  out.writeAt(dataStart + unwritten,
-                              buffer.data() + (unwritten - lo),
-                              size_t(at - unwritten), writeError);
-        unwritten = at;
-        return ok;
-      };
-      for (; i < order.size() && starts[i] < hi; ++i) {
-        e = order[i];
-        uint64_t to = std::min(hi, starts[i + 1]);
-        for (uint64_t at = std::max(lo, starts[i]); at < to;) {
-          size_t n = size_t(to - at), element = byteSize(e->info.dtype);
-          int fd = -1;
-          uint64_t fileOffset = 0;
-          bool inFile = e->source && e->source(at - starts[i], n, fd,
-                                               fileOffset);
-          if (n == 0 || n > to - at || n % element)
-            n = size_t(to - at), inFile = false;
-          if (inFile) {
-            if (!flush(at))
-              return fail(writeError);
-            // What a short copy leaves, whole elements, is filled.
-            size_t copied = out.copyAt(dataStart + at, fd, fileOffset, n);
-            copied -= copied % element;
-            at += copied;
-            unwritten = at;
-            n -= copied;
-            if (n == 0)
-              continue;
-          }
-          uint8_t *dst = buffer.data() + (at - lo);
-          if (!e->fill)
-            std::memcpy(dst,
-                        static_cast<const uint8_t *>(e->data) +
-                            (at - starts[i]),
-                        n);
-          else if (!e->fill(at - starts[i], dst, n, fillError))
-            return fail(path + ": tensor " + nameText(e->info.name) + ": " +
-                        fillError);
-          at += n;
-        }
-      }
-      if (!flush(hi))
-        return fail(writeError);
-    }
-  };
-  runWorkers(std::min<uint64_t>(numThreads, std::max<uint64_t>(numChunks, 1)),
-             work);
-  if (failed) {
-    error = firstError;
-    return false;
-  }
-  return out.commit(error);
+  std::vector<Region> regions;
+  for (const Entry *e : order)
+    regions.push_back({e, prefix.size() + begins[e->info.name], false});
+  return stream(path, regions,
+                [&](const std::vector<uint32_t> &) {
+                  return std::vector<std::pair<uint64_t, std::string>>{
+                      {0, prefix}};
+                },
+                error);
 }
 
 //===----------------------------------------------------------------------===//
@@ -797,6 +847,9 @@ const Checkpoint::TensorRef *Checkpoint::find(std::string_view name) const {
 }
 
 const uint8_t *Checkpoint::data(const TensorRef &t) const {
+  if (t.shard && t.shard->zip)
+    return t.shard->zip->bytes() + t.shard->readHeader.dataStart +
+           t.info->dataBegin;
   return t.shard && t.shard->file ? t.shard->file->data(*t.info) : nullptr;
 }
 
@@ -804,7 +857,26 @@ bool Checkpoint::addShard(const std::string &path, bool headersOnly,
                           std::string &error) {
   auto shard = std::make_unique<Shard>();
   shard->path = path;
-  if (headersOnly) {
+  uint8_t magic[4] = {0, 0, 0, 0};
+  {
+    FdGuard guard;
+    uint64_t size = 0;
+    if (!openRegular(path, guard, size, error))
+      return false;
+    if (size >= 4 && !preadAll(guard.fd, magic, 4, 0)) {
+      error = path + ": cannot read: " + errnoText();
+      return false;
+    }
+  }
+  bool isTorch =
+      path.size() >= 3 && path.compare(path.size() - 3, 3, ".pt") == 0;
+  if (isTorch || std::memcmp(magic, "PK\x03\x04", 4) == 0) {
+    std::optional<TorchStateDict> torch = readTorchStateDict(path, error);
+    if (!torch)
+      return false;
+    shard->zip = std::move(torch->zip);
+    shard->readHeader = std::move(torch->header);
+  } else if (headersOnly) {
     std::optional<SafetensorsHeader> h = readSafetensorsHeader(path, error);
     if (!h)
       return false;

@@ -234,6 +234,17 @@ bool mdl::rt::applyBuiltin(std::string_view name,
                                        : std::max(args[0].i, args[1].i));
     return true;
   }
+  if (name == "gcd") {
+    int64_t a = args[0].i < 0 ? -args[0].i : args[0].i;
+    int64_t b = args[1].i < 0 ? -args[1].i : args[1].i;
+    while (b) {
+      int64_t r = a % b;
+      a = b;
+      b = r;
+    }
+    out = Value::integer(a);
+    return true;
+  }
   if (name == "ceildiv") {
     if (args[1].i <= 0 || args[0].i < 0) {
       error = "ceildiv(" + std::to_string(args[0].i) + ", " +

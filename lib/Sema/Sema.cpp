@@ -43,6 +43,7 @@ constexpr BuiltinInfo kBuiltins[] = {
     {Builtin::Hf, "hf"},       {Builtin::Len, "len"},
     {Builtin::Range, "range"}, {Builtin::Min, "min"},
     {Builtin::Max, "max"},     {Builtin::CeilDiv, "ceildiv"},
+    {Builtin::Gcd, "gcd"},
     {Builtin::Str, "str"},     {Builtin::Pad, "pad"},
     {Builtin::DType, "dtype"}, {Builtin::Size, "size"},
     {Builtin::Sum, "sum"},     {Builtin::Primes, "primes"},
@@ -542,6 +543,7 @@ Type Analyzer::checkCallExpr(CallExpr *e, ExprEnv &env, const Type *expected) {
     return Type::listOf(intT);
   case Builtin::Min:
   case Builtin::Max:
+  case Builtin::Gcd:
   case Builtin::CeilDiv:
     if (arity(2, 2))
       for (auto &a : e->args)

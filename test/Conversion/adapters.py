@@ -93,9 +93,10 @@ def write_adapters(path, adapters):
 
 
 def rank_dir(backend, t, p, e, par):
-    """Megatron's mp_rank_TT_PPP[_EEE], vLLM's rank_TT."""
+    """Megatron's mp_rank_TT[_PPP][_EEE], vLLM's rank_TT."""
     if backend.startswith("mcore"):
-        return "mp_rank_%02d_%03d" % (t, p) + ("_%03d" % e if par["ep"] > 1 else "")
+        return ("mp_rank_%02d" % t + ("_%03d" % p if par["pp"] > 1 else "") +
+                ("_%03d" % e if par["ep"] > 1 else ""))
     return "rank_%02d" % t
 
 

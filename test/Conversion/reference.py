@@ -7,15 +7,21 @@ here reads the compiler's IR or plans. Given an HF checkpoint, its config
 and a parallel configuration, it builds every tensor of a rank of
 mcore_te, mcore_local or vllm for the models of the library (qwen3,
 qwen3_moe, qwen3_5, qwen3_5_moe), and compares them byte for byte with the
-files mdl-convert wrote.
+files mdl-convert wrote: Megatron's torch layout (read with pickle and
+zipfile, no torch) or per-rank safetensors, in the rank directories
+Megatron's ranks load.
 
   reference.py HF_DIR OUT_DIR --model M --backend B --tp N --pp N --ep N --etp N
 """
 import argparse
+import collections
+import io
 import json
 import os
+import pickle
 import struct
 import sys
+import zipfile
 
 import numpy as np
 
@@ -97,6 +103,86 @@ def load(path):
         a = np.frombuffer(data[8 + n + b:8 + n + e], dtype=NP[t["dtype"]])
         out[name] = (t["dtype"], a.reshape(t["shape"]))
     return out
+
+
+STORAGES = {"BFloat16Storage": "BF16", "HalfStorage": "F16", "FloatStorage": "F32",
+            "DoubleStorage": "F64", "LongStorage": "I64", "IntStorage": "I32"}
+
+
+def _rebuild_tensor(storage, offset, size, stride, *rest):
+    dtype, a = storage
+    return dtype, np.lib.stride_tricks.as_strided(
+        a[offset:], tuple(size), [s * a.itemsize for s in stride]).copy()
+
+
+class _TorchUnpickler(pickle.Unpickler):
+    """torch.save's pickle, read with the standard library: only ordered
+    dicts, _rebuild_tensor_v2 and storages (as torch's weights-only mode),
+    storages read from the zip (whose CRCs zipfile checks)."""
+    def __init__(self, zf, prefix):
+        super().__init__(io.BytesIO(zf.read(prefix + "data.pkl")))
+        self.zf, self.prefix = zf, prefix
+
+    def find_class(self, module, name):
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_tensor
+        if module == "torch" and name in STORAGES:
+            return name
+        raise pickle.UnpicklingError("global %s.%s" % (module, name))
+
+    def persistent_load(self, pid):
+        kind, cls, key, location, numel = pid
+        dtype = STORAGES[cls]
+        data = self.zf.read(self.prefix + "data/" + key)
+        return dtype, np.frombuffer(data, dtype=NP[dtype])[:numel]
+
+
+def load_torch(path):
+    """A Megatron rank file's state dicts ("model", or "model0", "model1",
+    ... prefixed), without torch."""
+    with zipfile.ZipFile(path) as zf:
+        pkl = [n for n in zf.namelist() if n.endswith("/data.pkl")][0]
+        ckpt = _TorchUnpickler(zf, pkl[:-len("data.pkl")]).load()
+    out = {}
+    for key, sd in ckpt.items():
+        if key != "model" and not (key.startswith("model") and key[5:].isdigit()):
+            continue
+        for name, t in sd.items():
+            if not name.endswith("._extra_state"):
+                out[(key + "." if key != "model" else "") + name] = t
+    return out
+
+
+def megatron_dirs(par):
+    """The (tp, pp, ep) rank directories a Megatron run loads, as
+    get_checkpoint_name names them: rank g of a stage reads tensor rank
+    g % tp and expert rank (g // etp) % ep, over every data-parallel size."""
+    tp, pp, ep, etp = par["tp"], par["pp"], par["ep"], par["etp"]
+    pairs = {(g % tp, (g // etp) % ep) for g in range(tp * ep * etp)}
+    out = {}
+    for p in range(pp):
+        for t, e in sorted(pairs):
+            out[(t, p, e)] = ("mp_rank_%02d" % t + ("_%03d" % p if pp > 1 else "") +
+                              ("_%03d" % e if ep > 1 else ""))
+    return out
+
+
+def rank_files(out):
+    """The directory holding the rank directories and the rank file name:
+    Megatron's torch layout (tracker, release/ or iter_*/,
+    model_optim_rng.pt) or per-rank model.safetensors at the top."""
+    tracker = os.path.join(out, "latest_checkpointed_iteration.txt")
+    if os.path.exists(tracker):
+        it = open(tracker).read().strip()
+        root = os.path.join(out, "release" if it == "release" else "iter_%07d" % int(it))
+        return root, "model_optim_rng.pt"
+    return out, "model.safetensors"
+
+
+def load_rank(path):
+    return load_torch(path) if path.endswith(".pt") else load(path)
 
 
 def load_dir(d):
@@ -686,16 +772,22 @@ def main():
     ref = Reference(args.model, backend, config, hf, par)
     plan = json.load(open(os.path.join(args.out, "plan.json")))
     ranks = par["tp"] * par["pp"] * par["ep"] if ref.mcore else par["tp"]
-    dirs = sorted(d for d in os.listdir(args.out) if os.path.isdir(os.path.join(args.out, d)))
+    root, rank_file = rank_files(args.out)
+    dirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    expected = megatron_dirs(par) if ref.mcore else {
+        (t, 0, 0): "rank_%02d" % t for t in range(par["tp"])}
     failures = 0
     checked = 0
+    if dirs != sorted(expected.values()):
+        print("rank directories differ: expected %s, found %s" % (
+            sorted(expected.values()), dirs))
+        failures += 1
     for r in range(ranks):
         t, p, e = ref.coords(r)
-        if ref.mcore:
-            d = "mp_rank_%02d_%03d" % (t, p) + ("_%03d" % e if par["ep"] > 1 else "")
-        else:
-            d = "rank_%02d" % t
-        got = load(os.path.join(args.out, d, "model.safetensors"))
+        if (t, p, e) not in expected:
+            continue
+        d = expected[(t, p, e)]
+        got = load_rank(os.path.join(root, d, rank_file))
         want = ref.rank(r)
         if scale_ref:
             upsampled = scale_ref.rank(r)

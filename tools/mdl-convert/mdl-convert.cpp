@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Runtime/Adapter.h"
+#include "mdl/Runtime/CheckpointLayout.h"
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Detect.h"
 #include "mdl/Runtime/File.h"
@@ -40,10 +41,16 @@ const char *kUsage =
 Converts a checkpoint of model NAME from layout A to layout B (hf, mcore-te,
 mcore-local, vllm, ...). IN_DIR holds config.json and, for hf, the
 safetensors files (with model.safetensors.index.json when sharded); for a
-backend, what mdl-convert wrote (plan.json, config.json, one directory per
-rank). OUT_DIR gets config.json, plan.json and the target's files: for hf
-model.safetensors; for a backend one directory per rank (mcore:
-mp_rank_TT_PPP[_EEE], vllm: rank_TT) with a model.safetensors.
+backend, what mdl-convert wrote (plan.json, config.json, the rank files),
+or a checkpoint a training run saved (mcore: the directory with
+latest_checkpointed_iteration.txt, a release/ or iter_* directory, or one
+rank's directory; its configuration is found from its rank directories,
+the model's config comes from --config). OUT_DIR gets config.json,
+plan.json and the target's files: for hf model.safetensors; for mcore
+Megatron's torch checkpoint (latest_checkpointed_iteration.txt, and in
+release/ one mp_rank_TT[_PPP][_EEE] directory per saved rank with a
+model_optim_rng.pt); for vllm one rank_TT directory per rank with a
+model.safetensors.
 
 Options:
   --tp N --pp N --ep N --etp N --vpp N --sp
@@ -70,8 +77,15 @@ Options:
                       their sources' adapters stacked along the rank, and
                       the HF modules of a fused adapter share its lora_A,
                       so every merged delta W is kept exactly
-  --config FILE       the base model's config.json (default:
-                      IN_DIR/config.json)
+  --config FILE       the model's config.json (default:
+                      IN_DIR/config.json; required for a checkpoint
+                      without plan.json)
+  --format safetensors
+                      write a backend's ranks as model.safetensors in one
+                      directory per rank at the top of OUT_DIR, rather
+                      than in the backend's own format (--format native)
+  --iteration N       save as iteration N (iter_000000N) rather than as a
+                      release
   --dry-run           check the source as the conversion does, then print
                       what each target rank would hold (directory, name,
                       shape, dtype) and write nothing
@@ -289,7 +303,8 @@ int main(int argc, char **argv) {
   std::string progressName = "auto";
   double progressInterval = 5;
   bool quiet = false, list = false, parallelGiven = false, dryRun = false;
-  bool adapters = false;
+  bool adapters = false, safetensorsOut = false;
+  int64_t iteration = -1;
   std::string configGiven;
   LoadOptions load;
   std::map<std::string, std::string> choicesGiven;
@@ -333,6 +348,18 @@ int main(int argc, char **argv) {
       if (!value(v) || v.empty())
         return usage("--config needs a file");
       configGiven = v;
+    } else if (flag == "--format") {
+      if (!value(v) || (v != "safetensors" && v != "native"))
+        return usage("--format takes safetensors or native");
+      safetensorsOut = v == "safetensors";
+    } else if (flag == "--iteration") {
+      char *end = nullptr;
+      if (!value(v) || v.empty())
+        return usage("--iteration needs a number");
+      long long n = std::strtoll(v.c_str(), &end, 10);
+      if (n < 0 || *end || n > 9999999)
+        return usage("--iteration takes an iteration number (0 to 9999999)");
+      iteration = n;
     } else if (a == "--sp") {
       target.sp = true;
       parallelGiven = true;
@@ -442,13 +469,22 @@ int main(int argc, char **argv) {
   std::map<std::string, std::string> sourceChoices = choicesGiven;
   // Config entries the config leaves open, as the checkpoint settles them.
   std::vector<std::pair<std::string, std::string>> settled;
-  if (fromName != "hf") {
-    std::string text, error;
-    if (!rt::readFile(inDir + "/plan.json", text, error))
-      return fail(exists(inDir + "/plan.json")
-                      ? error
-                      : "'" + inDir + "' has no plan.json: a " + fromName +
-                            " checkpoint is read from what mdl-convert wrote");
+  std::string planText, planError;
+  // A backend checkpoint without plan.json (one a training run saved) has
+  // its configuration found from its rank files.
+  bool described = fromName == "hf" ||
+                   rt::readFile(inDir + "/plan.json", planText, planError);
+  if (!described && exists(inDir + "/plan.json"))
+    return fail(planError);
+  if (!described && configGiven.empty())
+    return fail("'" + inDir + "' has no plan.json: to read a " + fromName +
+                " checkpoint a training run saved, give the model's HF "
+                "config.json with --config");
+  if (!described && adapters)
+    return fail("'" + inDir + "' has no plan.json: adapters are read from "
+                "what mdl-convert --adapters wrote");
+  if (fromName != "hf" && described) {
+    const std::string &text = planText;
     json::ParseError perr;
     std::optional<json::Value> plan = json::parse(text, perr);
     if (!plan || plan->kind() != json::Value::Object)
@@ -476,10 +512,6 @@ int main(int argc, char **argv) {
       for (const auto &[k, v] : d->members())
         settled.push_back({k, json::write(v)});
   }
-  if (toName == "hf")
-    target = ParallelConfig();
-  else if (!parallelGiven && fromName != "hf")
-    target = source;
 
   // Instantiate once; both sides bind the same instance.
   std::string error;
@@ -558,6 +590,31 @@ int main(int argc, char **argv) {
           : nullptr;
   if (!from || !to || (held != instance && !heldFrom))
     return fail(error);
+  // A backend source's rank files, opened once.
+  std::optional<SourceLayout> sourceFiles;
+  std::map<std::string, std::shared_ptr<Checkpoint>> opened;
+  auto openRank = [&](const std::string &path, std::string &err) {
+    std::shared_ptr<Checkpoint> &c = opened[path];
+    if (!c)
+      c = Checkpoint::open(path, err);
+    return c;
+  };
+  if (fromName != "hf" && !adapters) {
+    sourceFiles = findRankFiles(*from, inDir, error);
+    if (!sourceFiles)
+      return fail(error);
+    if (!described) {
+      std::optional<ParallelConfig> found =
+          inferConfig(*from, *sourceFiles, openRank, error);
+      if (!found)
+        return fail(error);
+      source = *found;
+    }
+  }
+  if (toName == "hf")
+    target = ParallelConfig();
+  else if (!parallelGiven && fromName != "hf")
+    target = source;
   for (auto [b, c, name] : {std::tuple{from.get(), source, fromName},
                             std::tuple{to.get(), target, toName}}) {
     std::vector<std::string> why = b->validate(c);
@@ -574,9 +631,16 @@ int main(int argc, char **argv) {
     return fail("rank " + std::to_string(onlyRank) + " does not exist: " +
                 target.str() + " has " + std::to_string(ranks) + " ranks");
 
+  // A backend's own format holds the files of the ranks that save.
+  auto written = [&](int64_t r) {
+    if (onlyRank >= 0)
+      return r == onlyRank;
+    return adapters || toName == "hf" || safetensorsOut ||
+           to->rankSaved(target, r);
+  };
   std::vector<int64_t> todo;
   for (int64_t r = 0; r < ranks; ++r)
-    if (onlyRank < 0 || r == onlyRank)
+    if (written(r))
       todo.push_back(r);
   // Adapters are small: all of them are converted before anything is
   // written.
@@ -604,6 +668,20 @@ int main(int argc, char **argv) {
   if (threads)
     converter.setThreads(unsigned(threads));
   std::set<int64_t> needed;
+  // Every rank that saves must be there; others may be (safetensors).
+  if (sourceFiles) {
+    std::set<int64_t> present;
+    for (int64_t r = 0; r < Binding::numRanks(source); ++r) {
+      std::string dir = from->rankDir(source, r);
+      if (sourceFiles->rankFiles.count(dir))
+        present.insert(r);
+      else if (from->rankSaved(source, r))
+        return fail("'" + sourceFiles->rankRoot + "' has no rank directory " +
+                    dir + " (rank " + std::to_string(r) + " of " +
+                    source.str() + ")");
+    }
+    converter.restrictSources(present);
+  }
   if (!adapters)
     for (int64_t r : todo)
       for (int64_t s : converter.sourcesOf(r))
@@ -611,9 +689,8 @@ int main(int argc, char **argv) {
   for (int64_t s : needed) {
     std::shared_ptr<Checkpoint> ckpt = hfInput;
     if (!ckpt) {
-      std::string path =
-          inDir + "/" + from->rankDir(source, s) + "/model.safetensors";
-      ckpt = Checkpoint::open(path, error);
+      ckpt = openRank(sourceFiles->rankFiles.at(from->rankDir(source, s)),
+                      error);
       if (!ckpt)
         return fail(error);
     }
@@ -645,7 +722,11 @@ int main(int argc, char **argv) {
     return 0;
   }
   Cleanup cleanup;
-  if (!makeDir(outDir, cleanup, error))
+  OutputLayout layout = outputLayout(*to, outDir, safetensorsOut || adapters ||
+                                                     toName == "hf",
+                                     iteration);
+  if (!makeDir(outDir, cleanup, error) ||
+      !makeDir(layout.rankRoot, cleanup, error))
     return fail(error);
   ProgressReporter reporter(
       quiet ? ProgressMode::None : *parseProgressMode(progressName, isatty(2)),
@@ -653,11 +734,12 @@ int main(int argc, char **argv) {
   ConvertProgress last;
   std::vector<std::string> files;
   for (int64_t r : todo) {
-    std::string dir = toName == "hf" ? outDir : outDir + "/" + to->rankDir(target, r);
+    std::string dir = toName == "hf" ? outDir
+                                     : layout.rankRoot + "/" + to->rankDir(target, r);
     if (!makeDir(dir, cleanup, error))
       return fail(error);
-    files.push_back(dir + (adapters ? "/adapter_model.safetensors"
-                                    : "/model.safetensors"));
+    files.push_back(dir + "/" +
+                    (adapters ? "adapter_model.safetensors" : layout.rankFile));
   }
   auto progress = [&](const ConvertProgress &p) {
     last = p;
@@ -684,10 +766,11 @@ int main(int argc, char **argv) {
         cleanup.files.push_back(outDir + "/adapter_config.json");
     }
   } else {
-    bool written = converter.writeRanks(
+    bool done = converter.writeRanks(
         todo, files, error, progress,
-        [&](size_t i) { cleanup.files.push_back(files[i]); });
-    if (!written) {
+        [&](size_t i) { cleanup.files.push_back(files[i]); },
+        [&](size_t) { return makeRankWriter(layout, target); });
+    if (!done) {
       reporter.finish(last, error);
       return fail(error);
     }
@@ -737,10 +820,12 @@ int main(int argc, char **argv) {
     derived.push(std::move(j));
   }
   plan.set("derived", std::move(derived));
-  for (auto [name, text] :
-       {std::pair<std::string, std::string>{"config.json", configText},
-        {"plan.json", json::write(plan, 2) + "\n"}}) {
-    std::string path = outDir + "/" + name;
+  std::vector<std::pair<std::string, std::string>> tops = {
+      {outDir + "/config.json", configText},
+      {outDir + "/plan.json", json::write(plan, 2) + "\n"}};
+  if (!layout.tracker.empty())
+    tops.emplace_back(layout.tracker, layout.trackerText);
+  for (const auto &[path, text] : tops) {
     bool existed = exists(path);
     if (!writeFile(path, text, error))
       return fail(error);

@@ -76,12 +76,20 @@ public:
   /// is written, and the first failure stops the rest (no incomplete file
   /// is left). `written(i)` is called once file i is complete; it and
   /// `progress` (over all the files) are called from the worker threads,
-  /// one call at a time.
+  /// one call at a time. `makeWriter(i)` gives the writer of file i (a
+  /// SafetensorsWriter when null).
+  using WriterFactory =
+      std::function<std::unique_ptr<TensorFileWriter>(size_t file)>;
   bool writeRanks(const std::vector<int64_t> &ranks,
                   const std::vector<std::string> &paths, std::string &error,
                   const std::function<void(const ConvertProgress &)>
                       &progress = nullptr,
-                  const std::function<void(size_t)> &written = nullptr);
+                  const std::function<void(size_t)> &written = nullptr,
+                  const WriterFactory &makeWriter = nullptr);
+  /// Says that only the source ranks in `ranks` exist (a checkpoint saved
+  /// by some ranks only): each parameter is read from those among them
+  /// that hold it. Call before addSource().
+  void restrictSources(const std::set<int64_t> &ranks);
 
 private:
   struct View {

@@ -86,6 +86,17 @@ public:
   /// The directory a rank's checkpoint goes to: the backend's `rank_dir`,
   /// or `rank_TT`.
   std::string rankDir(const ParallelConfig &config, int64_t rank) const;
+  /// The file a rank's checkpoint is in, in its directory: the backend's
+  /// `rank_file`, or `model.safetensors`. Its extension says the format
+  /// (`.pt`: a torch checkpoint, TorchCheckpoint.h).
+  std::string rankFile() const;
+  /// The backend's `tracker_file` (Megatron's
+  /// `latest_checkpointed_iteration.txt`), or "" when its checkpoints have
+  /// none: then the rank directories are at the top of a checkpoint,
+  /// otherwise in `release/` or `iter_NNNNNNN/` beside it.
+  std::string trackerFile() const;
+  /// Whether rank `rank` saves a file: the backend's `rank_saved`, or true.
+  bool rankSaved(const ParallelConfig &config, int64_t rank) const;
   /// The path each module that needs a device capability takes here.
   std::vector<KernelPath> kernelPaths() const {
     return rt::kernelPaths(bound.layout);

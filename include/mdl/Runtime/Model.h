@@ -208,6 +208,11 @@ struct BackendDecl {
   std::vector<MeshAxis> mesh;
   Expr vocabMultiple = nullptr;
   Expr rankDir = nullptr;
+  /// Checkpoints: the file in each rank's directory, the tracker file that
+  /// names the saved iteration, and whether a rank saves a file at all.
+  Expr rankFile = nullptr;
+  Expr trackerFile = nullptr;
+  Expr rankSaved = nullptr;
   Expr blockScaleSuffix = nullptr;
   std::vector<RequireDecl> requirements;
   std::vector<std::pair<std::string, Expr>> capabilities;

@@ -19,6 +19,7 @@
 #define MDL_RUNTIME_SAFETENSORS_H
 
 #include "mdl/Runtime/DType.h"
+#include "mdl/Runtime/Zip.h"
 
 #include <cstdint>
 #include <functional>
@@ -118,18 +119,13 @@ private:
 /// when no more threads can be started, those running do the work.
 void runWorkers(size_t n, const std::function<void()> &work);
 
-/// Writes a safetensors file atomically: everything goes to
-/// `<path>.tmp.<pid>`, which is fsynced and renamed over `path`, so readers
-/// see the old file or the complete new one; on failure the temporary is
-/// removed. Tensor bytes are streamed: memory use does not grow with the
-/// size of the file.
-///
-/// The header lists tensors sorted by name (deterministic whatever the order
-/// of add()). The data section orders them by element size, largest first,
-/// then by name, so that with the header padded with spaces to a multiple of
-/// 8 bytes every tensor is aligned to its element size in the file, as in
-/// files written by the reference implementation.
-class SafetensorsWriter {
+/// What the writers of tensor files share: the tensors added, and the
+/// streaming of their bytes into a file written atomically: everything goes
+/// to `<path>.tmp.<pid>`, which is fsynced and renamed over `path`, so
+/// readers see the old file or the complete new one; on failure the
+/// temporary is removed. Tensor bytes are streamed in chunks of a few MB by
+/// worker threads: memory use does not grow with the size of the file.
+class TensorFileWriter {
 public:
   /// Fills bytes [offset, offset + n) of the tensor into `dst`; returns
   /// false with `error` set to abort. With one thread (the default), called
@@ -147,6 +143,8 @@ public:
   using SourceFn = std::function<bool(uint64_t offset, size_t &n, int &fd,
                                       uint64_t &fileOffset)>;
 
+  virtual ~TensorFileWriter() = default;
+
   /// Adds a tensor whose bytes are at `data` (shape x dtype of them), which
   /// must stay valid until write(). Fails on a duplicate or reserved name,
   /// invalid UTF-8, a negative dimension or a size that overflows.
@@ -159,28 +157,61 @@ public:
   /// from `fill` elsewhere (or where the copy fails).
   bool add(std::string name, DType dtype, std::vector<int64_t> shape,
            FillFn fill, SourceFn source, std::string &error);
-  bool setMetadata(std::string key, std::string value, std::string &error);
 
-  /// The number of threads write() fills and writes chunks of the data
-  /// section on (1 by default); memory use grows by a few MB per thread.
+  /// The number of threads write() fills and writes chunks of tensor data
+  /// on (1 by default); memory use grows by a few MB per thread.
   void setThreads(unsigned n);
 
-  /// Writes the file; false with `error` set (naming the path) on failure.
-  bool write(const std::string &path, std::string &error) const;
+  /// A string entry of the file's metadata (safetensors' __metadata__; a
+  /// dict beside the state dicts of a torch checkpoint). Fails on invalid
+  /// UTF-8.
+  bool setMetadata(std::string key, std::string value, std::string &error);
 
-private:
+  /// Writes the file; false with `error` set (naming the path) on failure.
+  virtual bool write(const std::string &path, std::string &error) const = 0;
+
+protected:
+  std::map<std::string, std::string> meta;
   struct Entry {
-    TensorInfo info;
+    TensorInfo info; // dataEnd holds the size
     const void *data = nullptr;
     FillFn fill;
     SourceFn source;
   };
-  bool addEntry(Entry e, std::string &error);
+  /// Where a tensor's bytes go in the file, and whether their CRC-32 is
+  /// needed (they are then never copied by the kernel, but filled).
+  struct Region {
+    const Entry *entry = nullptr;
+    uint64_t fileOffset = 0;
+    bool crc = false;
+  };
+  /// Byte strings written at file offsets once the regions are done, from
+  /// the regions' CRC-32s (0 where not asked for).
+  using HeaderFn = std::function<std::vector<std::pair<uint64_t, std::string>>(
+      const std::vector<uint32_t> &crcs)>;
+  /// Writes `path` atomically: the regions (in file order), then the
+  /// headers.
+  bool stream(const std::string &path, const std::vector<Region> &regions,
+              const HeaderFn &headers, std::string &error) const;
 
-  /// By name: the header's order.
+  /// By name.
   std::map<std::string, Entry> entries;
-  std::map<std::string, std::string> meta;
+
+private:
+  bool addEntry(Entry e, std::string &error);
   unsigned numThreads = 1;
+};
+
+/// Writes a safetensors file (see TensorFileWriter).
+///
+/// The header lists tensors sorted by name (deterministic whatever the order
+/// of add()). The data section orders them by element size, largest first,
+/// then by name, so that with the header padded with spaces to a multiple of
+/// 8 bytes every tensor is aligned to its element size in the file, as in
+/// files written by the reference implementation.
+class SafetensorsWriter : public TensorFileWriter {
+public:
+  bool write(const std::string &path, std::string &error) const override;
 };
 
 /// A HuggingFace checkpoint's model.safetensors.index.json: which shard
@@ -201,7 +232,10 @@ public:
     std::string path;
     /// The mapped file; null when opened headers-only.
     std::unique_ptr<SafetensorsFile> file;
-    /// The header, when opened headers-only.
+    /// A torch checkpoint's archive, mapped (see TorchCheckpoint.h).
+    std::unique_ptr<ZipFile> zip;
+    /// The header, when opened headers-only or from a torch checkpoint
+    /// (whose tensors' offsets are in the archive, with dataStart 0).
     SafetensorsHeader readHeader;
 
     const SafetensorsHeader &header() const {
@@ -219,7 +253,9 @@ public:
   ///  - a directory with model.safetensors: that file;
   ///  - another directory: every *.safetensors in it, names unique across
   ///    them;
-  ///  - an index .json file, or a single .safetensors file.
+  ///  - an index .json file, or a single .safetensors file;
+  ///  - a torch checkpoint (a zip file, as torch.save writes): the state
+  ///    dicts readTorchStateDict reads (headers-only or not, it is mapped).
   /// With `headersOnly`, shards are read with readSafetensorsHeader and no
   /// data is mapped (data() returns null).
   static std::unique_ptr<Checkpoint>

@@ -60,7 +60,7 @@ bool applyNeg(const Value &v, Value &out, std::string &error);
 bool applyIndex(const Value &list, const Value &index, Value &out,
                 std::string &error);
 bool applyContains(const Value &list, const Value &v);
-/// len, range, min, max, ceildiv, str, pad, dtype, size.
+/// len, range, min, max, gcd, ceildiv, str, pad, dtype, size.
 bool applyBuiltin(std::string_view name, const std::vector<Value> &args,
                   Value &out, std::string &error);
 

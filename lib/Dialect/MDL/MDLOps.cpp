@@ -918,7 +918,7 @@ LogicalResult BuiltinOp::verify() {
   }
   if (c == "range")
     return want({intT}, ListType::get(ctx, intT));
-  if (c == "min" || c == "max" || c == "ceildiv")
+  if (c == "min" || c == "max" || c == "gcd" || c == "ceildiv")
     return want({intT, intT}, intT);
   if (c == "str" || c == "size")
     return c == "str" ? want({intT}, strT) : want({intT}, intT);

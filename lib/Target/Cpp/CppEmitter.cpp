@@ -712,6 +712,12 @@ void Emitter::emitBackend(BackendOp b, StringRef var, raw_ostream &os) {
         os << "  b.vocabMultiple = " << letFn(l) << ";\n";
       else if (l.getSymName() == "rank_dir")
         os << "  b.rankDir = " << letFn(l) << ";\n";
+      else if (l.getSymName() == "rank_file")
+        os << "  b.rankFile = " << letFn(l) << ";\n";
+      else if (l.getSymName() == "tracker_file")
+        os << "  b.trackerFile = " << letFn(l) << ";\n";
+      else if (l.getSymName() == "rank_saved")
+        os << "  b.rankSaved = " << letFn(l) << ";\n";
       else if (l.getSymName() == "block_scale_suffix")
         os << "  b.blockScaleSuffix = " << letFn(l) << ";\n";
     } else if (auto r = dyn_cast<RequireOp>(op)) {

@@ -119,12 +119,13 @@ def main():
                        text=True)
     if r.returncode:
         sys.exit("hf -> mcore_te failed:\n" + r.stderr)
-    ranks = sorted(e for e in os.listdir(backend) if e.startswith("mp_rank"))
+    root = os.path.join(backend, "release")
+    ranks = sorted(e for e in os.listdir(root) if e.startswith("mp_rank"))
     for name, damage in (("missing-rank-file", None),
                          ("truncated-rank-file", b"\x10\x00\x00")):
         d = name
         shutil.copytree(backend, d)
-        path = os.path.join(d, ranks[-1], "model.safetensors")
+        path = os.path.join(d, "release", ranks[-1], "model_optim_rng.pt")
         os.remove(path)
         if damage is not None:
             with open(path, "wb") as f:
@@ -135,8 +136,8 @@ def main():
     # a file where its directory goes, or a directory where its file goes
     # (found only when the written file is renamed over it). What was there
     # must be all that is left.
-    in_the_way = {"rank-dir-is-a-file": "mp_rank_01_000",
-                  "rank-file-is-a-dir": "mp_rank_01_000/model.safetensors/x"}
+    in_the_way = {"rank-dir-is-a-file": "release/mp_rank_01",
+                  "rank-file-is-a-dir": "release/mp_rank_01/model_optim_rng.pt/x"}
     for name, path in in_the_way.items():
         os.makedirs(os.path.dirname(os.path.join(name + ".out", path)),
                     exist_ok=True)

@@ -66,13 +66,20 @@ def main():
     base = ["--model", args.model, "--quiet"]
     to_backend = base + ["--from", "hf", "--to", "mcore_te", "--tp", "2"]
     to_hf = base + ["--from", "mcore_te", "--to", "hf"]
-    r = subprocess.run([args.convert] + to_backend + ["hf", "backend"],
-                       capture_output=True, text=True)
-    if r.returncode:
-        sys.exit("hf -> mcore_te failed:\n" + r.stderr)
-    ranks = sorted(e for e in os.listdir("backend") if e.startswith("mp_rank"))
-    if len(ranks) != 2:
-        sys.exit(f"expected two ranks, got {ranks}")
+    # Megatron's own layout (torch files under release/) and per-rank
+    # safetensors: both record the rank each file holds.
+    for out, extra in (("backend", []), ("backend-st", ["--format", "safetensors"])):
+        r = subprocess.run([args.convert] + to_backend + extra + ["hf", out],
+                           capture_output=True, text=True)
+        if r.returncode:
+            sys.exit("hf -> mcore_te failed:\n" + r.stderr)
+
+    def rank_dirs(top):
+        return sorted(e for e in os.listdir(top) if e.startswith("mp_rank"))
+
+    if rank_dirs("backend/release") != rank_dirs("backend-st") or \
+            len(rank_dirs("backend-st")) != 2:
+        sys.exit(f"expected two ranks, got {rank_dirs('backend-st')}")
 
     cases = []  # (name, arguments, inputs that must stay as they were)
     cases.append(("rank-out-is-in", base + ["--rank", "0", "--from",
@@ -93,12 +100,16 @@ def main():
         "--config", "configs/config.json", "hf", "configs"], ["configs", "hf"]))
 
     # Two rank directories swapped: the same names and shapes, another rank.
-    shutil.copytree("backend", "swapped")
-    os.rename(os.path.join("swapped", ranks[0]), "swapped/tmp")
-    os.rename(os.path.join("swapped", ranks[1]), os.path.join("swapped", ranks[0]))
-    os.rename("swapped/tmp", os.path.join("swapped", ranks[1]))
-    cases.append(("swapped-ranks", to_hf + ["swapped", "swapped-out"],
-                  ["swapped"]))
+    for name, top, ranks_in in (("swapped-ranks", "backend", "release"),
+                                ("swapped-safetensors-ranks", "backend-st", "")):
+        copy = name + "-in"
+        shutil.copytree(top, copy)
+        where = os.path.join(copy, ranks_in)
+        first, second = (os.path.join(where, d) for d in rank_dirs(where))
+        os.rename(first, where + "/tmp")
+        os.rename(second, first)
+        os.rename(where + "/tmp", second)
+        cases.append((name, to_hf + [copy, name + "-out"], [copy]))
 
     failures = []
     for name, cmd, inputs in cases:

@@ -500,7 +500,7 @@ def MDL_ListOp : MDL_ExprOp<"list"> {
 }
 
 def MDL_BuiltinOp : MDL_ExprOp<"builtin"> {
-  let summary = "a builtin function: len, range, min, max, ceildiv, str, pad, dtype, size";
+  let summary = "a builtin function: len, range, min, max, gcd, ceildiv, str, pad, dtype, size";
   let arguments = (ins StrAttr:$callee, Variadic<MDL_ValueType>:$args);
   let results = (outs MDL_ValueType:$result);
   let assemblyFormat = [{

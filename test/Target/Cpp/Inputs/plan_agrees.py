@@ -61,7 +61,7 @@ def main():
             for k, v in point.items():
                 args += ["--" + k, str(v)]
             gen = subprocess.run([convert, "--model", model, "--from", "hf", "--to",
-                                  backend, "--dry-run", hf, os.path.join(work, "x")]
+                                  backend, "--format", "safetensors", "--dry-run", hf, os.path.join(work, "x")]
                                  + args, capture_output=True, text=True)
             plan = subprocess.run([mdlc, "plan", os.path.join(models, spec),
                                    "--backend", backend, "--hf-config", config,
