@@ -10,9 +10,15 @@ tree, so that they run as written from its top. In the shown output a line
 
 A block right after the line `<!-- docs-test: skip (REASON) -->` is not run.
 
+The scratch directory also holds `qwen3-hf`, the HF checkpoint the
+README's conversion examples start from: the small test config
+`test/Conversion/Inputs/qwen3.json` with random weights, written with
+`mdl-safetensors write`.
+
 Usage: run_examples.py --src SRC_DIR --build BUILD_DIR --work DIR FILE.md...
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -62,6 +68,24 @@ def matches(expected, actual):
     return go(0, 0)
 
 
+def make_qwen3_hf(work, env):
+    """Writes `qwen3-hf` in `work` (see the file comment)."""
+    hf = os.path.join(work, "qwen3-hf")
+    os.makedirs(hf)
+    shutil.copy(os.path.join(work, "test/Conversion/Inputs/qwen3.json"),
+                os.path.join(hf, "config.json"))
+    params = json.loads(subprocess.run(
+        ["mdlc", "params", "models/qwen3.mdl", "--hf-config", "qwen3-hf/config.json",
+         "--format=json"], cwd=work, env=env, check=True, capture_output=True,
+        text=True).stdout)
+    spec = {t["name"]: {"dtype": t["dtype"], "shape": t["shape"], "fill": f"random:{i}"}
+            for i, t in enumerate(params)}
+    with open(os.path.join(work, "qwen3-hf.spec.json"), "w") as f:
+        json.dump(spec, f)
+    subprocess.run(["mdl-safetensors", "write", "qwen3-hf/model.safetensors",
+                    "qwen3-hf.spec.json"], cwd=work, env=env, check=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", required=True)
@@ -80,6 +104,7 @@ def main():
         os.symlink(args.build, os.path.join(work, "build"))
         env = dict(os.environ)
         env["PATH"] = os.path.join(args.build, "bin") + os.pathsep + env["PATH"]
+        make_qwen3_hf(work, env)
         for line, skip, body in blocks(md):
             commands = []
             for text in body:

@@ -14,6 +14,7 @@
 
 #include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/CheckpointLayout.h"
+#include "mdl/Runtime/Cli.h"
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Detect.h"
 #include "mdl/Runtime/File.h"
@@ -99,8 +100,9 @@ Options:
                       tensors, ranks, time, throughput, threads)
   --progress-interval S
                       seconds between log and json lines (default 5)
-  --quiet             no progress (--progress=none)
+  --quiet             no progress (--progress=none) and no warnings
   --list              the compiled-in models and backends
+  --version           the version of MDL
 )";
 
 int usage(const std::string &message) {
@@ -151,12 +153,6 @@ bool writeFile(const std::string &path, const std::string &text,
   return true;
 }
 
-std::string norm(std::string s) {
-  for (char &c : s)
-    if (c == '-')
-      c = '_';
-  return s;
-}
 
 json::Value configJson(const ParallelConfig &c) {
   json::Value j = json::Value::object();
@@ -327,6 +323,10 @@ int main(int argc, char **argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (a == "--version") {
+      std::printf("%s\n", cli::versionLine("mdl-convert").c_str());
+      return 0;
+    }
     if (a == "--list") {
       list = true;
     } else if (a == "--quiet") {
@@ -366,8 +366,9 @@ int main(int argc, char **argv) {
     } else if (flag == "--model" || flag == "--from" || flag == "--to") {
       if (!value(v) || v.empty())
         return usage(flag + " needs a name");
+      // Model and backend names in either spelling and any case.
       (flag == "--model" ? model : flag == "--from" ? fromName : toName) =
-          norm(v);
+          cli::normalizeBackendName(v);
     } else if (flag == "--set" || flag == "--choice") {
       if (!value(v) || v.find('=') == std::string::npos || v[0] == '=')
         return usage(flag + " takes KEY=VALUE");
@@ -439,19 +440,19 @@ int main(int argc, char **argv) {
 
   // The generated units of the model: any of them knows the HF layout.
   const Generated *any = nullptr;
-  std::set<std::string> known;
-  for (const Generated *g : registry())
-    if (g->model.name == model)
+  std::vector<std::string> knownModels, knownBackends = {"hf"};
+  for (const Generated *g : registry()) {
+    if (g->model.name == model) {
       any = g;
-    else
-      known.insert(g->model.name);
-  if (!any) {
-    std::string names;
-    for (const std::string &k : known)
-      names += (names.empty() ? "" : ", ") + k;
-    return fail("no model named '" + model + "' is compiled in (known: " +
-                names + ")");
+      knownBackends.push_back(g->backend.name);
+    }
+    if (std::find(knownModels.begin(), knownModels.end(), g->model.name) ==
+        knownModels.end())
+      knownModels.push_back(g->model.name);
   }
+  if (!any)
+    return fail("no model named '" + model + "' is compiled in" +
+                cli::didYouMean(model, knownModels));
   auto backendDecl = [&](const std::string &name) -> const BackendDecl * {
     if (name == "hf")
       return &any->hf;
@@ -460,9 +461,25 @@ int main(int argc, char **argv) {
   };
   const BackendDecl *fromDecl = backendDecl(fromName),
                     *toDecl = backendDecl(toName);
-  if (!fromDecl || !toDecl)
-    return fail("model '" + model + "' has no backend '" +
-                (fromDecl ? toName : fromName) + "'");
+  if (!fromDecl || !toDecl) {
+    const std::string &unknown = fromDecl ? toName : fromName;
+    return fail("model '" + model + "' has no backend '" + unknown + "'" +
+                cli::didYouMean(unknown, knownBackends));
+  }
+  // Defaults that bite are said: an HF target is never sharded, and a
+  // backend target without a parallel configuration gets tp=1.
+  if (!quiet && toName == "hf" && parallelGiven)
+    std::fprintf(stderr,
+                 "mdl-convert: warning: an HF checkpoint is not sharded: "
+                 "--tp, --pp, --ep, --etp and --vpp are ignored with --to hf\n");
+  else if (!quiet && fromName == "hf" && !parallelGiven && onlyRank < 0 &&
+           !adapters &&
+           std::find(toDecl->mesh.begin(), toDecl->mesh.end(), MeshAxis::TP) !=
+               toDecl->mesh.end())
+    std::fprintf(stderr,
+                 "mdl-convert: warning: no --tp given: %s splits tensors over "
+                 "tp; converting to tp=1\n",
+                 toName.c_str());
 
   // The source: an HF checkpoint, or what mdl-convert wrote.
   ParallelConfig source;
