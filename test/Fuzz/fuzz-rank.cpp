@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return true;
   }();
   (void)once;
-  fs::create_directories("backend/mp_rank_01_000");
-  fuzz::writeFile("backend/mp_rank_01_000/model.safetensors", data, size);
+  fs::create_directories("backend/mp_rank_01");
+  fuzz::writeFile("backend/mp_rank_01/model.safetensors", data, size);
   fuzz::runConvert(
       {"--model", "qwen3", "--from", "mcore_te", "--to", "hf", "backend", "out"});
   fuzz::removeTree("out");

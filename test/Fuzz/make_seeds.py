@@ -6,7 +6,8 @@ from a tiny qwen3 (test/Conversion/Inputs/qwen3.json) with random weights.
 
 Writes corpus/safetensors/hf (the HF checkpoint), rank-dir (a checkpoint
 on mcore_te at tp=2 without rank 1's file), corpus/rank/rank1 (that file),
-corpus/plan/* (its plan.json), corpus/adapter/peft (HF-PEFT adapters),
+corpus/plan/* (its plan.json), corpus/torch/rank1 (rank 1 in Megatron's
+torch format), corpus/adapter/peft (HF-PEFT adapters),
 corpus/index/index (an index of the HF checkpoint) and
 corpus/inventory/qwen3 (its inventory, as mdlc params prints it).
 """
@@ -28,6 +29,9 @@ mdlc, convert = sys.argv[1], sys.argv[2]
 spec = os.path.join(HERE, "..", "..", "models", "qwen3.mdl")
 config = os.path.join(HERE, "..", "Conversion", "Inputs", "qwen3.json")
 corpus = os.path.join(HERE, "corpus")
+for name in ("safetensors", "torch", "rank", "plan", "adapter", "index",
+             "inventory"):
+    os.makedirs(os.path.join(corpus, name), exist_ok=True)
 params = json.loads(subprocess.run(
     [mdlc, "params", spec, "--hf-config", config, "--format=json"],
     check=True, capture_output=True, text=True).stdout)
@@ -38,13 +42,19 @@ shutil.copy(config, "hf/config.json")
 roundtrip.write_checkpoint("hf/model.safetensors", params,
                            np.random.default_rng(1))
 subprocess.run([convert, "--model", "qwen3", "--quiet", "--from", "hf", "--to",
-                "mcore_te", "--tp", "2", "hf", "backend"], check=True)
+                "mcore_te", "--tp", "2", "--format", "safetensors", "hf",
+                "backend"], check=True)
+# Megatron's own format: rank 1's torch file seeds the torch reader.
+subprocess.run([convert, "--model", "qwen3", "--quiet", "--from", "hf", "--to",
+                "mcore_te", "--tp", "2", "hf", "torch"], check=True)
+shutil.copy("torch/release/mp_rank_01/model_optim_rng.pt",
+            os.path.join(corpus, "torch", "rank1"))
 rank_dir = os.path.join(HERE, "rank-dir")
 shutil.rmtree(rank_dir, ignore_errors=True)
 shutil.copytree("backend", rank_dir)
-shutil.move(os.path.join(rank_dir, "mp_rank_01_000", "model.safetensors"),
+shutil.move(os.path.join(rank_dir, "mp_rank_01", "model.safetensors"),
             os.path.join(corpus, "rank", "rank1"))
-os.rmdir(os.path.join(rank_dir, "mp_rank_01_000"))
+os.rmdir(os.path.join(rank_dir, "mp_rank_01"))
 plan = json.load(open("backend/plan.json"))
 plan["source"] = "hf"
 json.dump(plan, open(os.path.join(rank_dir, "plan.json"), "w"), indent=2)

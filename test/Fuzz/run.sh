@@ -14,27 +14,30 @@ shift || true
 build=${MDL_FUZZ_BUILD_DIR:-build-fuzz}
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-  names=(spec config set inventory index safetensors plan rank adapter cmdline)
+  names=(spec config set inventory index safetensors torch plan rank adapter cmdline)
 fi
 
 mkdir -p "$build"
+# The harnesses work in a scratch directory of their own: absolute paths.
+build=$(realpath "$build")
 cmake -G Ninja -S . -B "$build" \
   -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
   -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
   -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-19/build/utils/lit/lit.py \
   -DCMAKE_BUILD_TYPE=Release -DMDL_FUZZ=ON > "$build/configure.log" ||
   { cat "$build/configure.log"; exit 1; }
-cmake --build "$build" --target mdl-fuzzers
-
-# Debian's LLVM libraries are not instrumented (see test/lit.cfg.py).
+# Debian's LLVM libraries are not instrumented (see test/lit.cfg.py): their
+# containers' poisoning is not ASan's to check, in the build (mdlc generates
+# code for the harnesses) as in the runs.
 export ASAN_OPTIONS=detect_leaks=0:allow_user_poisoning=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+cmake --build "$build" --target mdl-fuzzers
 failed=()
 for name in "${names[@]}"; do
   corpus="$build/fuzz/corpus-$name"
   mkdir -p "$corpus"
   echo "== fuzzing $name for ${seconds}s"
-  if ! "$build/fuzz/mdl-fuzz-$name" "$corpus" "test/Fuzz/corpus/$name" \
+  if ! "$build/fuzz/mdl-fuzz-$name" "$corpus" "$PWD/test/Fuzz/corpus/$name" \
       -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 \
       -detect_leaks=0 -close_fd_mask=2 -print_final_stats=0 \
       -artifact_prefix="$build/fuzz/crash-$name-" \
