@@ -10,10 +10,10 @@ tree, so that they run as written from its top. In the shown output a line
 
 A block right after the line `<!-- docs-test: skip (REASON) -->` is not run.
 
-The scratch directory also holds `qwen3-hf`, the HF checkpoint the
-README's conversion examples start from: the small test config
-`test/Conversion/Inputs/qwen3.json` with random weights, written with
-`mdl-safetensors write`.
+The scratch directory also holds `qwen3-hf` and `ds-hf`, the HF
+checkpoints the README's conversion examples start from: the small test
+configs `test/Conversion/Inputs/qwen3.json` and `deepseek_v3.json` with
+random weights, written with `mdl-safetensors write`.
 
 Usage: run_examples.py --src SRC_DIR --build BUILD_DIR --work DIR FILE.md...
 """
@@ -68,22 +68,21 @@ def matches(expected, actual):
     return go(0, 0)
 
 
-def make_qwen3_hf(work, env):
-    """Writes `qwen3-hf` in `work` (see the file comment)."""
-    hf = os.path.join(work, "qwen3-hf")
+def make_hf(work, env, name, spec, config):
+    """Writes the HF checkpoint `name` in `work`: `config` with random
+    weights of the tensors `spec` lists (see the file comment)."""
+    hf = os.path.join(work, name)
     os.makedirs(hf)
-    shutil.copy(os.path.join(work, "test/Conversion/Inputs/qwen3.json"),
-                os.path.join(hf, "config.json"))
+    shutil.copy(os.path.join(work, config), os.path.join(hf, "config.json"))
     params = json.loads(subprocess.run(
-        ["mdlc", "params", "models/qwen3.mdl", "--hf-config", "qwen3-hf/config.json",
-         "--format=json"], cwd=work, env=env, check=True, capture_output=True,
-        text=True).stdout)
-    spec = {t["name"]: {"dtype": t["dtype"], "shape": t["shape"], "fill": f"random:{i}"}
-            for i, t in enumerate(params)}
-    with open(os.path.join(work, "qwen3-hf.spec.json"), "w") as f:
-        json.dump(spec, f)
-    subprocess.run(["mdl-safetensors", "write", "qwen3-hf/model.safetensors",
-                    "qwen3-hf.spec.json"], cwd=work, env=env, check=True)
+        ["mdlc", "params", spec, "--hf-config", config, "--format=json"],
+        cwd=work, env=env, check=True, capture_output=True, text=True).stdout)
+    fills = {t["name"]: {"dtype": t["dtype"], "shape": t["shape"], "fill": f"random:{i}"}
+             for i, t in enumerate(params)}
+    with open(os.path.join(work, name + ".spec.json"), "w") as f:
+        json.dump(fills, f)
+    subprocess.run(["mdl-safetensors", "write", name + "/model.safetensors",
+                    name + ".spec.json"], cwd=work, env=env, check=True)
 
 
 def main():
@@ -104,7 +103,10 @@ def main():
         os.symlink(args.build, os.path.join(work, "build"))
         env = dict(os.environ)
         env["PATH"] = os.path.join(args.build, "bin") + os.pathsep + env["PATH"]
-        make_qwen3_hf(work, env)
+        make_hf(work, env, "qwen3-hf", "models/qwen3.mdl",
+                "test/Conversion/Inputs/qwen3.json")
+        make_hf(work, env, "ds-hf", "models/deepseek_v3.mdl",
+                "test/Conversion/Inputs/deepseek_v3.json")
         for line, skip, body in blocks(md):
             commands = []
             for text in body:
