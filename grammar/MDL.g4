@@ -33,6 +33,7 @@ typeRef
 member
   : configBlock
   | exampleDecl
+  | servesDecl
   | letDecl
   | requireDecl
   | dimDecl
@@ -48,6 +49,8 @@ member
 configBlock : 'config' ('from' STRING (',' STRING)*)? '{' (configEntry | requireDecl)* '}' ;
 configEntry : name ':' typeRef '=' expr ';' ;
 exampleDecl : 'example' STRING (',' STRING)* ';' ;
+// serves architectures "Qwen3ForCausalLM"; serves model_type "qwen3";
+servesDecl  : 'serves' name STRING (',' STRING)* ';' ;
 letDecl     : 'let' name (':' typeRef)? '=' expr ';' ;
 requireDecl : 'require' expr ':' STRING ';' ;
 dtypeDecl   : 'dtype' '=' expr ';' ;

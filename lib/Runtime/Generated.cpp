@@ -63,6 +63,67 @@ const Generated *mdl::rt::findGenerated(const std::string &model,
   return nullptr;
 }
 
+const ModelDecl *mdl::rt::servingModel(const HFConfig &config,
+                                       std::string &error) {
+  std::string modelType;
+  std::vector<std::string> architectures;
+  if (const json::Value *t = config.lookup("model_type");
+      t && t->kind() == json::Value::String)
+    modelType = t->asString();
+  if (const json::Value *a = config.lookup("architectures");
+      a && a->kind() == json::Value::Array)
+    for (const json::Value &e : a->elements())
+      if (e.kind() == json::Value::String)
+        architectures.push_back(e.asString());
+  auto has = [](const std::vector<std::string> &list, const std::string &s) {
+    return std::find(list.begin(), list.end(), s) != list.end();
+  };
+  std::vector<const ModelDecl *> byType, byArch, both;
+  std::set<std::string> seen;
+  std::string supported;
+  for (const Generated *g : registry()) {
+    const ModelDecl &m = g->model;
+    if (!seen.insert(m.name).second)
+      continue;
+    bool type = !modelType.empty() && has(m.modelTypes, modelType);
+    bool arch = std::any_of(architectures.begin(), architectures.end(),
+                            [&](const std::string &a) {
+                              return has(m.architectures, a);
+                            });
+    if (type)
+      byType.push_back(&m);
+    if (arch)
+      byArch.push_back(&m);
+    if (type && arch)
+      both.push_back(&m);
+    std::string serves;
+    for (const std::string &s : m.modelTypes)
+      serves += (serves.empty() ? "" : ", ") + s;
+    for (const std::string &s : m.architectures)
+      serves += (serves.empty() ? "" : ", ") + s;
+    supported += "\n  " + m.name + ": " + (serves.empty() ? "-" : serves);
+  }
+  for (const std::vector<const ModelDecl *> *c : {&both, &byType, &byArch})
+    if (c->size() == 1)
+      return c->front();
+  std::string found = "model_type " +
+                      (modelType.empty() ? "(none)" : "'" + modelType + "'") +
+                      ", architectures";
+  if (architectures.empty())
+    found += " (none)";
+  for (const std::string &a : architectures)
+    found += " '" + a + "'";
+  std::string candidates;
+  for (const ModelDecl *m : both.empty() ? byType.size() > 1 ? byType : byArch
+                                         : both)
+    candidates += (candidates.empty() ? "" : ", ") + m->name;
+  error = config.path() + " (" + found + ") " +
+          (candidates.empty() ? "is served by no compiled-in spec"
+                              : "is served by several specs: " + candidates) +
+          "; give --model. The specs serve:" + supported;
+  return nullptr;
+}
+
 //===----------------------------------------------------------------------===//
 // Binding
 //===----------------------------------------------------------------------===//
@@ -101,18 +162,34 @@ std::vector<std::string> Binding::validate(const ParallelConfig &config) const {
   return Planner(bound.layout, config).invalidReasons();
 }
 
-std::string Binding::rankDir(const ParallelConfig &config,
-                             int64_t rank) const {
+std::string Binding::setting(Expr e, const ParallelConfig &config,
+                             int64_t rank,
+                             const std::string &otherwise) const {
+  if (!e)
+    return otherwise;
   RankContext ctx = rankContexts(config, rank).front();
-  if (!backendDecl->rankDir) {
-    std::string tp = std::to_string(ctx.tpRank);
-    return "rank_" + std::string(tp.size() < 2 ? 2 - tp.size() : 0, '0') + tp;
-  }
-  Eval e(instance->root(), &ctx, &bound.layout.choices);
+  Eval eval(instance->root(), &ctx, &bound.layout.choices);
   try {
-    return e.present(backendDecl->rankDir(e)).s;
+    return eval.present(e(eval)).s;
   } catch (EvalError &) {
-    return "rank_" + std::to_string(rank);
+    return otherwise;
   }
 }
 
+std::string Binding::rankDir(const ParallelConfig &config,
+                             int64_t rank) const {
+  std::string tp = std::to_string(rankContexts(config, rank).front().tpRank);
+  return setting(backendDecl->rankDir, config, rank,
+                 "rank_" + std::string(tp.size() < 2 ? 2 - tp.size() : 0, '0') +
+                     tp);
+}
+
+std::string Binding::rankFile(const ParallelConfig &config,
+                              int64_t rank) const {
+  return setting(backendDecl->rankFile, config, rank, "model.safetensors");
+}
+
+std::string Binding::adapterBackend() const {
+  return setting(backendDecl->adapterBackend, ParallelConfig(), 0,
+                 backendDecl->name);
+}

@@ -14,6 +14,7 @@ files mdl-convert wrote.
 import argparse
 import json
 import os
+import re
 import struct
 import sys
 
@@ -104,6 +105,27 @@ def load_dir(d):
     for f in sorted(os.listdir(d)):
         if f.endswith(".safetensors"):
             out.update(load(os.path.join(d, f)))
+    return out
+
+
+def vllm_rank_files(d, rank):
+    """vLLM's sharded_state files of a tensor-parallel rank:
+    model-rank-{rank}-part-{part}.safetensors, parts from 0, in order."""
+    parts = {}
+    for f in os.listdir(d):
+        m = re.fullmatch(r"model-rank-%d-part-(\d+)\.safetensors" % rank, f)
+        if m:
+            parts[int(m.group(1))] = os.path.join(d, f)
+    assert sorted(parts) == list(range(len(parts))), "parts of rank %d: %s" % (rank, sorted(parts))
+    return [parts[p] for p in sorted(parts)]
+
+
+def load_files(paths):
+    out = {}
+    for p in paths:
+        part = load(p)
+        assert not set(part) & set(out), "a tensor in two parts"
+        out.update(part)
     return out
 
 
@@ -682,8 +704,9 @@ def main():
         if ref.mcore:
             d = "mp_rank_%02d_%03d" % (t, p) + ("_%03d" % e if par["ep"] > 1 else "")
         else:
-            d = "rank_%02d" % t
-        got = load(os.path.join(args.out, d, "model.safetensors"))
+            d = "model-rank-%d-part-*" % t
+        got = (load_files(vllm_rank_files(args.out, t)) if not ref.mcore
+               else load(os.path.join(args.out, d, "model.safetensors")))
         want = ref.rank(r)
         if scale_ref:
             upsampled = scale_ref.rank(r)

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Runtime/Adapter.h"
+#include "mdl/Runtime/CheckpointDir.h"
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Json.h"
 
@@ -30,16 +31,20 @@ using namespace mdl::rt;
 namespace {
 
 const char *kUsage =
-    R"(usage: mdl-convert --model NAME --from A --to B [options] IN_DIR OUT_DIR
+    R"(usage: mdl-convert [--model NAME] --from A --to B [options] IN_DIR OUT_DIR
        mdl-convert --list
 
-Converts a checkpoint of model NAME from layout A to layout B (hf, mcore-te,
-mcore-local, vllm, ...). IN_DIR holds config.json and, for hf, the
-safetensors files (with model.safetensors.index.json when sharded); for a
-backend, what mdl-convert wrote (plan.json, config.json, one directory per
-rank). OUT_DIR gets config.json, plan.json and the target's files: for hf
-model.safetensors; for a backend one directory per rank (mcore:
-mp_rank_TT_PPP[_EEE], vllm: rank_TT) with a model.safetensors.
+Converts a checkpoint from layout A to layout B (hf, mcore-te, mcore-local,
+vllm, ...). The model is the one whose spec serves config.json's
+architectures and model_type, or NAME. IN_DIR holds config.json and, for
+hf, the safetensors files (with model.safetensors.index.json when
+sharded); for a backend, what mdl-convert wrote (plan.json, config.json,
+the ranks' files). OUT_DIR gets config.json, plan.json, the source's other
+files that are not weights (tokenizer, generation config, ...) and the
+target's files: for hf model.safetensors, or shards with
+model.safetensors.index.json above --max-shard-size; for a backend each
+rank's files as its spec names them (mcore: mp_rank_TT_PPP[_EEE]/
+model.safetensors, vllm: model-rank-R-part-P.safetensors).
 
 Options:
   --tp N --pp N --ep N --etp N --vpp N --sp
@@ -62,8 +67,18 @@ Options:
                       their sources' adapters stacked along the rank, and
                       the HF modules of a fused adapter share its lora_A,
                       so every merged delta W is kept exactly
+  --adapter-names A,B the adapters' factor names in a backend's files
+                      (default lora_A,lora_B; Megatron-Bridge's:
+                      adapter.linear_in,adapter.linear_out)
   --config FILE       the base model's config.json (default:
                       IN_DIR/config.json)
+  --max-shard-size S  the largest file of an hf target or a split rank
+                      (vllm), as save_pretrained reads it: 5GB (the
+                      default, 10^9 bytes a GB), 500MB, 20KB, 2GiB, bytes
+  --dtype T           bf16, fp16 or fp32: floating weights are converted
+                      to T (rounded once, to nearest even), parameters the
+                      spec gives a dtype of their own keep it; the output
+                      config.json's torch_dtype says T
   --dry-run           print what each target rank would hold (directory,
                       name, shape, dtype) and write nothing
   --quiet             no progress line
@@ -226,7 +241,8 @@ bool makeDir(const std::string &path, Cleanup &cleanup, std::string &error) {
 /// HF's modules.
 std::optional<std::vector<Adapters>>
 convertAdapters(const Binding &hf, const Binding &from,
-                const ParallelConfig &source, bool fromHf, const Binding &to,
+                const ParallelConfig &source, bool fromHf,
+                const FactorNames &fromNames, const Binding &to,
                 const ParallelConfig &target, bool toHf,
                 const std::string &inDir, const std::vector<int64_t> &todo,
                 std::string &error) {
@@ -234,7 +250,7 @@ convertAdapters(const Binding &hf, const Binding &from,
     std::unique_ptr<SafetensorsFile> file = SafetensorsFile::open(path, error);
     if (!file)
       return std::nullopt;
-    return readAdapters(*file, error);
+    return readAdapters(*file, error, fromHf ? FactorNames() : fromNames);
   };
   std::optional<Adapters> peft;
   if (fromHf) {
@@ -275,6 +291,9 @@ int main(int argc, char **argv) {
   bool quiet = false, list = false, parallelGiven = false, dryRun = false;
   bool adapters = false;
   std::string configGiven;
+  uint64_t maxShard = 5'000'000'000;
+  std::optional<DType> castTo;
+  std::optional<FactorNames> namesGiven;
   LoadOptions load;
   std::map<std::string, std::string> choicesGiven;
   for (int i = 1; i < argc; ++i) {
@@ -304,6 +323,22 @@ int main(int argc, char **argv) {
       dryRun = true;
     } else if (a == "--adapters") {
       adapters = true;
+    } else if (flag == "--max-shard-size") {
+      std::optional<uint64_t> n;
+      if (!value(v) || !(n = parseByteSize(v)) || *n == 0)
+        return usage("--max-shard-size takes a size such as 5GB, 500MB, "
+                     "20KB or a number of bytes");
+      maxShard = *n;
+    } else if (flag == "--dtype") {
+      if (!value(v) || (v != "bf16" && v != "fp16" && v != "fp32"))
+        return usage("--dtype takes bf16, fp16 or fp32");
+      castTo = v == "bf16" ? DType::BF16 : v == "fp16" ? DType::F16 : DType::F32;
+    } else if (flag == "--adapter-names") {
+      size_t comma = value(v) ? v.find(',') : std::string::npos;
+      if (comma == std::string::npos || comma == 0 || comma + 1 == v.size() ||
+          v.substr(0, comma) == v.substr(comma + 1))
+        return usage("--adapter-names takes two names, A,B");
+      namesGiven = FactorNames{v.substr(0, comma), v.substr(comma + 1)};
     } else if (flag == "--config") {
       if (!value(v) || v.empty())
         return usage("--config needs a file");
@@ -357,13 +392,20 @@ int main(int argc, char **argv) {
     }
   }
   if (list) {
-    for (const Generated *g : registry())
-      std::printf("%s\t%s\t%s\n", g->model.name.c_str(),
-                  g->backend.name.c_str(), g->model.spec.c_str());
+    // Each model with the backends it converts between and what it serves.
+    for (const Generated *g : registry()) {
+      std::string serves;
+      for (const auto *values : {&g->model.modelTypes, &g->model.architectures})
+        for (const std::string &s : *values)
+          serves += (serves.empty() ? "" : ",") + s;
+      std::printf("%s\t%s\t%s\t%s\n", g->model.name.c_str(),
+                  g->backend.name.c_str(), g->model.spec.c_str(),
+                  serves.c_str());
+    }
     return 0;
   }
-  if (model.empty() || fromName.empty() || toName.empty())
-    return usage("--model, --from and --to are required");
+  if (fromName.empty() || toName.empty())
+    return usage("--from and --to are required");
   if (positional.size() != 2)
     return usage("give IN_DIR and OUT_DIR");
   if (fromName == toName)
@@ -371,6 +413,20 @@ int main(int argc, char **argv) {
   const std::string &inDir = positional[0], &outDir = positional[1];
   if (!isDir(inDir))
     return fail("'" + inDir + "' is not a directory");
+  std::string configPath =
+      configGiven.empty() ? inDir + "/config.json" : configGiven;
+  if (model.empty()) {
+    // The spec that serves the checkpoint's config.
+    std::string error;
+    std::optional<HFConfig> config = HFConfig::load(configPath, error);
+    const ModelDecl *serving = config ? servingModel(*config, error) : nullptr;
+    if (!serving)
+      return fail(error);
+    model = serving->name;
+    if (!quiet)
+      std::fprintf(stderr, "mdl-convert: %s is served by %s\n",
+                   configPath.c_str(), model.c_str());
+  }
 
   // The generated units of the model: any of them knows the HF layout.
   const Generated *any = nullptr;
@@ -402,6 +458,7 @@ int main(int argc, char **argv) {
   // The source: an HF checkpoint, or what mdl-convert wrote.
   ParallelConfig source;
   std::map<std::string, std::string> sourceChoices = choicesGiven;
+  FactorNames sourceNames;
   if (fromName != "hf") {
     std::string text, error;
     if (!readFile(inDir + "/plan.json", text))
@@ -429,16 +486,27 @@ int main(int argc, char **argv) {
       for (const auto &[k, v] : ch->members())
         if (!sourceChoices.count(k) && v.kind() == json::Value::String)
           sourceChoices[k] = v.asString();
+    // The overrides the source was written with stay in force.
+    if (const json::Value *ov = plan->get("overrides"))
+      for (const auto &[k, v] : ov->members())
+        if (v.kind() == json::Value::String &&
+            std::none_of(load.overrides.begin(), load.overrides.end(),
+                         [&](const auto &o) { return o.first == k; }))
+          load.overrides.insert(load.overrides.begin(), {k, v.asString()});
+    if (const json::Value *n = plan->get("adapter_names");
+        n && n->kind() == json::Value::Array && n->elements().size() == 2 &&
+        n->elements()[0].kind() == json::Value::String &&
+        n->elements()[1].kind() == json::Value::String)
+      sourceNames = {n->elements()[0].asString(), n->elements()[1].asString()};
   }
   if (toName == "hf")
     target = ParallelConfig();
   else if (!parallelGiven && fromName != "hf")
     target = source;
 
-  // Instantiate once; both sides bind the same instance.
+  // Instantiate once; both sides bind the same instance, but for a cast
+  // target.
   std::string error;
-  std::string configPath =
-      configGiven.empty() ? inDir + "/config.json" : configGiven;
   std::optional<HFConfig> plain = HFConfig::load(configPath, error);
   if (!plain)
     return fail(error);
@@ -455,6 +523,18 @@ int main(int argc, char **argv) {
     if (auto deeper =
             deeperThan(instance->root(), original->root(), configPath))
       return fail(*deeper);
+  }
+  // The dtype of the model's weights is its config's.
+  std::vector<std::pair<std::string, std::string>> configKeys = load.overrides;
+  std::shared_ptr<Model> targetInstance = instance;
+  if (castTo) {
+    std::string name(torchName(*castTo));
+    configKeys.push_back({"torch_dtype", name});
+    HFConfig cast = config;
+    for (const char *key : {"torch_dtype", "dtype"})
+      cast.addOverride(key, name);
+    if (!(targetInstance = Model::create(any->model, cast, error)))
+      return fail(error);
   }
 
   // An HF source's storage variants are read from its files.
@@ -496,7 +576,8 @@ int main(int argc, char **argv) {
   for (const auto &[k, v] : choicesGiven)
     targetChoices[k] = v;
   std::unique_ptr<Binding> to =
-      from ? Binding::bind(instance, *toDecl, targetChoices, error) : nullptr;
+      from ? Binding::bind(targetInstance, *toDecl, targetChoices, error)
+           : nullptr;
   if (!from || !to)
     return fail(error);
   for (auto [b, c, name] : {std::tuple{from.get(), source, fromName},
@@ -519,7 +600,10 @@ int main(int argc, char **argv) {
     for (int64_t r = 0; r < ranks; ++r) {
       if (onlyRank >= 0 && r != onlyRank)
         continue;
+      // A rank at the top of the checkpoint is named by its files.
       std::string dir = toName == "hf" ? "." : to->rankDir(target, r);
+      if (dir.empty())
+        dir = to->rankFile(target, r);
       for (const RankTensor &t : to->rankTensors(target, r)) {
         std::string shape;
         for (int64_t d : t.shape)
@@ -539,6 +623,10 @@ int main(int argc, char **argv) {
   // written.
   std::unique_ptr<Binding> hfBinding;
   std::vector<Adapters> adapterOutputs;
+  // Backends that load HF-PEFT adapters (vLLM) keep them as they are.
+  bool adaptersFromHf = from->adapterBackend() == "hf",
+       adaptersToHf = to->adapterBackend() == "hf";
+  FactorNames targetNames = namesGiven ? *namesGiven : FactorNames();
   if (adapters) {
     const Binding *hf = fromName == "hf" ? from.get()
                         : toName == "hf" ? to.get()
@@ -550,8 +638,9 @@ int main(int argc, char **argv) {
       hf = hfBinding.get();
     }
     std::optional<std::vector<Adapters>> converted = convertAdapters(
-        *hf, *from, source, fromName == "hf", *to, target, toName == "hf",
-        inDir, todo, error);
+        *hf, *from, source, adaptersFromHf, sourceNames, *to, target,
+        adaptersToHf, inDir, adaptersToHf ? std::vector<int64_t>{0} : todo,
+        error);
     if (!converted)
       return fail(error);
     adapterOutputs = std::move(*converted);
@@ -566,10 +655,9 @@ int main(int argc, char **argv) {
   for (int64_t s : needed) {
     std::shared_ptr<Checkpoint> ckpt = hfInput;
     if (!ckpt) {
-      std::string path =
-          inDir + "/" + from->rankDir(source, s) + "/model.safetensors";
-      ckpt = Checkpoint::open(path, error);
-      if (!ckpt)
+      std::optional<std::vector<std::string>> paths =
+          rankFiles(*from, source, s, inDir, error);
+      if (!paths || !(ckpt = Checkpoint::openFiles(*paths, error)))
         return fail(error);
     }
     if (!converter.addSource(s, ckpt, error))
@@ -586,17 +674,24 @@ int main(int argc, char **argv) {
   if (!makeDir(outDir, cleanup, error))
     return fail(error);
   bool tty = !quiet && isatty(2);
+  OutputFiles output = planOutputFiles(*to, target, todo, outDir,
+                                       toName == "hf", maxShard);
   std::vector<std::string> files;
-  for (int64_t r : todo) {
-    std::string dir = toName == "hf" ? outDir : outDir + "/" + to->rankDir(target, r);
+  if (adapters) {
+    output.dirs = {outDir};
+    for (int64_t r : adaptersToHf ? std::vector<int64_t>{0} : todo) {
+      std::string dir =
+          adaptersToHf ? outDir : outDir + "/" + to->rankDir(target, r);
+      output.dirs.push_back(dir);
+      files.push_back(dir + "/adapter_model.safetensors");
+    }
+  }
+  for (const std::string &dir : output.dirs)
     if (!makeDir(dir, cleanup, error))
       return fail(error);
-    files.push_back(dir + (adapters ? "/adapter_model.safetensors"
-                                    : "/model.safetensors"));
-  }
   auto progress = [&](const ConvertProgress &p) {
     if (tty)
-      std::fprintf(stderr, "\r%lld/%lld ranks, %lld/%lld tensors, %.2f/%.2f GB ",
+      std::fprintf(stderr, "\r%lld/%lld files, %lld/%lld tensors, %.2f/%.2f GB ",
                    (long long)p.ranksDone, (long long)p.ranksTotal,
                    (long long)p.tensorsDone, (long long)p.tensorsTotal,
                    p.bytesDone / 1e9, p.bytesTotal / 1e9);
@@ -607,42 +702,65 @@ int main(int argc, char **argv) {
     // HF-PEFT names its adapters after the wrapped model.
     for (size_t i = 0; i < files.size(); ++i) {
       if (!writeAdapters(adapterOutputs[i],
-                         toName == "hf" ? "base_model.model." : "", files[i],
-                         error))
+                         adaptersToHf ? "base_model.model." : "", files[i],
+                         error, adaptersToHf ? FactorNames() : targetNames))
         return fail(error);
       cleanup.files.push_back(files[i]);
     }
-    // The PEFT configuration travels with the adapters.
+    // The PEFT configuration, with every module's scale alpha / r kept.
     std::string peft;
     if (readFile(inDir + "/adapter_config.json", peft)) {
+      json::ParseError perr;
+      std::optional<json::Value> sourceConfig = json::parse(peft, perr);
+      if (!sourceConfig)
+        return fail(inDir + "/adapter_config.json: invalid JSON");
+      std::optional<json::Value> config =
+          adapterConfig(*sourceConfig, adapterOutputs.front(), error);
+      if (!config)
+        return fail(error);
       bool existed = exists(outDir + "/adapter_config.json");
-      if (!writeFile(outDir + "/adapter_config.json", peft, error))
+      if (!writeFile(outDir + "/adapter_config.json",
+                     json::write(*config, 2) + "\n", error))
         return fail(error);
       if (!existed)
         cleanup.files.push_back(outDir + "/adapter_config.json");
     }
   } else {
-    bool written = converter.writeRanks(
-        todo, files, error, progress,
-        [&](size_t i) { cleanup.files.push_back(files[i]); });
+    bool written = converter.writeFiles(
+        output.files, error, progress,
+        [&](size_t i) { cleanup.files.push_back(output.files[i].path); });
     if (tty)
       std::fputc('\n', stderr);
     if (!written)
       return fail(error);
   }
+  // What is not a weight travels with the weights.
+  if (!carryFiles(inDir, outDir,
+                  {"config.json", "plan.json", "adapter_config.json"},
+                  cleanup.files, error))
+    return fail(error);
 
   // config.json and plan.json describe what was written.
   std::string configText;
   readFile(configPath, configText);
-  // A target that holds FP8 weights dequantized is a checkpoint of the
-  // dequantized model: its config describes no quantization.
-  const std::vector<TensorSpec> &targetTensors = to->layout().tensors;
-  if (std::any_of(targetTensors.begin(), targetTensors.end(),
-                  [](const TensorSpec &t) { return t.dequantized; })) {
-    json::ParseError perr;
-    std::optional<json::Value> parsed = json::parse(configText, perr);
-    if (parsed && parsed->erase("quantization_config"))
-      configText = json::write(*parsed, 2) + "\n";
+  json::ParseError perr;
+  std::optional<json::Value> outConfig = json::parse(configText, perr);
+  if (outConfig) {
+    bool changed = !configKeys.empty();
+    // The overrides and the dtype hold in the output's config.
+    for (const auto &[k, v] : configKeys)
+      setConfigKey(*outConfig, k, v);
+    if (castTo)
+      setConfigKey(*outConfig, "dtype", std::string(torchName(*castTo)),
+                   /*create=*/false);
+    // A target that holds FP8 weights dequantized is a checkpoint of the
+    // dequantized model: its config describes no quantization.
+    const std::vector<TensorSpec> &targetTensors = to->layout().tensors;
+    if (std::any_of(targetTensors.begin(), targetTensors.end(),
+                    [](const TensorSpec &t) { return t.dequantized; }))
+      changed |= outConfig->erase("quantization_config");
+    if (changed)
+      configText = json::write(*outConfig, 2) + "\n";
   }
   json::Value plan = json::Value::object();
   plan.set("model", json::Value::string(model));
@@ -652,6 +770,9 @@ int main(int argc, char **argv) {
   plan.set("from", json::Value::string(fromName));
   if (adapters)
     plan.set("adapters", json::Value::boolean(true));
+  if (adapters && !adaptersToHf && namesGiven)
+    plan.set("adapter_names",
+             json::Value::strings({namesGiven->a, namesGiven->b}));
   json::Value choices = json::Value::object();
   for (const auto &[k, v] : targetChoices)
     choices.set(k, json::Value::string(v));
@@ -668,10 +789,12 @@ int main(int argc, char **argv) {
     derived.push(std::move(j));
   }
   plan.set("derived", std::move(derived));
-  for (auto [name, text] :
-       {std::pair<std::string, std::string>{"config.json", configText},
-        {"plan.json", json::write(plan, 2) + "\n"}}) {
-    std::string path = outDir + "/" + name;
+  std::vector<std::pair<std::string, std::string>> small = {
+      {outDir + "/config.json", configText},
+      {outDir + "/plan.json", json::write(plan, 2) + "\n"}};
+  if (!output.indexPath.empty() && !adapters)
+    small.push_back({output.indexPath, output.indexText});
+  for (auto [path, text] : small) {
     bool existed = exists(path);
     if (!writeFile(path, text, error))
       return fail(error);

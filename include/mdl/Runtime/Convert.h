@@ -84,6 +84,18 @@ public:
                   const std::function<void(const ConvertProgress &)>
                       &progress = nullptr,
                   const std::function<void(size_t)> &written = nullptr);
+  /// A file to write: the tensors of target rank `rank` named in `tensors`
+  /// (all of them when it is empty), in the rank's order.
+  struct TargetFile {
+    int64_t rank = 0;
+    std::string path;
+    std::vector<std::string> tensors;
+  };
+  /// Writes every file of `files` as writeRanks() does.
+  bool writeFiles(const std::vector<TargetFile> &files, std::string &error,
+                  const std::function<void(const ConvertProgress &)>
+                      &progress = nullptr,
+                  const std::function<void(size_t)> &written = nullptr);
 
 private:
   struct View {

@@ -46,6 +46,12 @@ const std::vector<const Generated *> &registry();
 const Generated *findGenerated(const std::string &model,
                                const std::string &backend);
 
+/// The model whose spec serves `config`: its `model_type` or one of its
+/// `architectures` is one the spec declares (`serves`), and when several
+/// do, the one that matches both. Null, with `error` naming what the config
+/// holds and what the compiled-in specs serve, unless there is exactly one.
+const ModelDecl *servingModel(const HFConfig &config, std::string &error);
+
 struct LoadOptions {
   /// `key=value` overrides of the config (`mtp_num_hidden_layers=0`).
   std::vector<std::pair<std::string, std::string>> overrides;
@@ -86,6 +92,12 @@ public:
   /// The directory a rank's checkpoint goes to: the backend's `rank_dir`,
   /// or `rank_TT`.
   std::string rankDir(const ParallelConfig &config, int64_t rank) const;
+  /// The file name of a rank's weights: the backend's `rank_file`, or
+  /// `model.safetensors`.
+  std::string rankFile(const ParallelConfig &config, int64_t rank) const;
+  /// The backend whose layout adapters for this one are kept in: the
+  /// backend's `adapter_backend`, or its own name.
+  std::string adapterBackend() const;
   /// The path each module that needs a device capability takes here.
   std::vector<KernelPath> kernelPaths() const {
     return rt::kernelPaths(bound.layout);
@@ -96,6 +108,11 @@ public:
   }
 
 private:
+  /// The string value of setting `e` for a rank, or `otherwise` when the
+  /// backend has none or it cannot be evaluated.
+  std::string setting(Expr e, const ParallelConfig &config, int64_t rank,
+                      const std::string &otherwise) const;
+
   std::shared_ptr<Model> instance;
   const BackendDecl *backendDecl = nullptr;
   BoundLayout bound;
