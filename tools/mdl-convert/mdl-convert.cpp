@@ -714,8 +714,12 @@ int main(int argc, char **argv) {
       std::optional<json::Value> sourceConfig = json::parse(peft, perr);
       if (!sourceConfig)
         return fail(inDir + "/adapter_config.json: invalid JSON");
+      // The modules of every rank written (pipeline stages differ).
+      Adapters modules;
+      for (const Adapters &rank : adapterOutputs)
+        modules.insert(rank.begin(), rank.end());
       std::optional<json::Value> config =
-          adapterConfig(*sourceConfig, adapterOutputs.front(), error);
+          adapterConfig(*sourceConfig, modules, error);
       if (!config)
         return fail(error);
       bool existed = exists(outDir + "/adapter_config.json");
