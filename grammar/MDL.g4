@@ -33,6 +33,7 @@ typeRef
 member
   : configBlock
   | exampleDecl
+  | servesDecl
   | letDecl
   | requireDecl
   | dimDecl
@@ -51,6 +52,8 @@ configBlock : 'config' ('from' STRING (',' STRING)*)? '{' (configEntry | require
 // checkpoint settles it among these candidates.
 configEntry : name ':' typeRef '=' expr ('detect' expr)? ';' ;
 exampleDecl : 'example' STRING (',' STRING)* ';' ;
+// serves architectures "Qwen3ForCausalLM"; serves model_type "qwen3";
+servesDecl  : 'serves' name STRING (',' STRING)* ';' ;
 letDecl     : 'let' name (':' typeRef)? '=' expr ';' ;
 requireDecl : 'require' expr ':' STRING ';' ;
 dtypeDecl   : 'dtype' '=' expr ';' ;

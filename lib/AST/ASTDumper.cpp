@@ -300,6 +300,13 @@ void Dumper::member(const Member *m) {
       os << " \"" << p.first << "\"";
     break;
   }
+  case Member::Serves: {
+    auto *x = cast<ServesMember>(m);
+    os << "Serves " << x->key.name;
+    for (auto &v : x->values)
+      os << " \"" << v.first << "\"";
+    break;
+  }
   case Member::Let: {
     auto *x = cast<LetMember>(m);
     os << "Let " << x->name.name;

@@ -58,6 +58,7 @@ private:
   void extendModels(mlir::ModuleOp top);
   mlir::ArrayAttr examplesOf(const ModuleDecl *m);
   void deploy(const DeployMember *d);
+  mlir::ArrayAttr servedBy(const ModuleDecl *m, llvm::StringRef key);
   void member(const ModuleDecl *m, const Member *mem);
   mlir::ArrayAttr shape(const Shape &s);
   ParallelStyleAttr style(const ParallelStyle &s);
@@ -363,6 +364,7 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
     return;
   }
   case Member::Example:
+  case Member::Serves:
     return; // collected on the module op
   case Member::Let: {
     auto *x = cast<LetMember>(mem);
@@ -522,6 +524,10 @@ void Generator::extendModels(mlir::ModuleOp top) {
           if (auto *d = llvm::dyn_cast<DeployMember>(mem.get()))
             deploy(d);
       }
+      // What a model serves is its own: a derived model serves other
+      // configs than its base.
+      copy.setArchitecturesAttr(servedBy(m, "architectures"));
+      copy.setModelTypesAttr(servedBy(m, "model_type"));
       for (auto l : llvm::make_early_inc_range(top.getOps<LayoutOp>()))
         if (l.getModule() == m->base->name) {
           builder.setInsertionPointAfter(l);
@@ -552,11 +558,22 @@ mlir::ArrayAttr Generator::examplesOf(const ModuleDecl *m) {
   return examples.empty() ? mlir::ArrayAttr() : builder.getArrayAttr(examples);
 }
 
+mlir::ArrayAttr Generator::servedBy(const ModuleDecl *m, llvm::StringRef key) {
+  llvm::SmallVector<mlir::Attribute> values;
+  for (const MemberPtr &mem : m->members)
+    if (auto *s = dyn_cast<ServesMember>(mem.get()); s && s->key.name == key)
+      for (auto &v : s->values)
+        values.push_back(builder.getStringAttr(v.first));
+  return values.empty() ? mlir::ArrayAttr() : builder.getArrayAttr(values);
+}
+
 void Generator::module(const ModuleDecl *m) {
   if (m->base)
     return; // made by extendModels
   auto op = builder.create<ModuleDeclOp>(loc(m->name.loc()), m->name.name,
-                                         m->isModel, examplesOf(m));
+                                         m->isModel, examplesOf(m),
+                                         servedBy(m, "architectures"),
+                                         servedBy(m, "model_type"));
   mlir::OpBuilder::InsertionGuard guard(builder);
   builder.createBlock(&op.getBody());
   for (const ModuleParam &p : m->params) {

@@ -625,6 +625,13 @@ MemberPtr ASTBuilder::member(P::MemberContext *c) {
       paths.push_back({unquote(s), range(s)});
     return std::make_unique<ExampleMember>(std::move(paths), range(x));
   }
+  if (auto *x = c->servesDecl()) {
+    std::vector<std::pair<std::string, SMRange>> values;
+    for (auto *s : x->STRING())
+      values.push_back({unquote(s), range(s)});
+    return std::make_unique<ServesMember>(ident(x->name()), std::move(values),
+                                          range(x));
+  }
   if (auto *x = c->letDecl())
     return let(x);
   if (auto *x = c->requireDecl())

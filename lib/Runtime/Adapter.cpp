@@ -4,6 +4,8 @@
 #include "mdl/Runtime/Json.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -154,14 +156,16 @@ void copyElement(const LoraFactor &from, int64_t r, int64_t c, LoraFactor &to,
 } // namespace
 
 std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
-                                              std::string &error) {
+                                              std::string &error,
+                                              const FactorNames &names) {
   Adapters out;
   std::set<std::string> seenA, seenB;
   for (const TensorInfo &t : file.tensors()) {
     std::string name = t.name;
     if (name.rfind(kPeftPrefix, 0) == 0)
       name = name.substr(std::strlen(kPeftPrefix));
-    static const std::string kA = ".lora_A.weight", kB = ".lora_B.weight";
+    const std::string kA = "." + names.a + ".weight",
+                      kB = "." + names.b + ".weight";
     auto endsWith = [&](const std::string &suffix) {
       return name.size() > suffix.size() &&
              name.compare(name.size() - suffix.size(), suffix.size(),
@@ -169,11 +173,12 @@ std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
     };
     bool isA = endsWith(kA), isB = endsWith(kB);
     if ((!isA && !isB) || t.shape.size() != 2) {
-      error = file.path() + ": '" + t.name +
-              "' is not a 2-D lora_A or lora_B weight";
+      error = file.path() + ": '" + t.name + "' is not a 2-D " + names.a +
+              " or " + names.b + " weight";
       return std::nullopt;
     }
-    std::string module = name.substr(0, name.size() - kA.size());
+    std::string module =
+        name.substr(0, name.size() - (isA ? kA : kB).size());
     LoraFactor f;
     f.dtype = t.dtype;
     f.rows = t.shape[0];
@@ -216,7 +221,8 @@ std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
     if (!seenA.count(module) || !seenB.count(module) ||
         adapter.a.rows != adapter.b.cols || adapter.a.dtype != adapter.b.dtype) {
       error = file.path() + ": the adapter of '" + module +
-              "' needs lora_A [r, in] and lora_B [out, r] of one dtype";
+              "' needs " + names.a + " [r, in] and " + names.b +
+              " [out, r] of one dtype";
       return std::nullopt;
     }
   }
@@ -224,7 +230,8 @@ std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
 }
 
 bool mdl::rt::writeAdapters(const Adapters &adapters, const std::string &prefix,
-                            const std::string &path, std::string &error) {
+                            const std::string &path, std::string &error,
+                            const FactorNames &names) {
   SafetensorsWriter writer;
   json::Value blocks = json::Value::object();
   for (const auto &[module, adapter] : adapters) {
@@ -243,8 +250,8 @@ bool mdl::rt::writeAdapters(const Adapters &adapters, const std::string &prefix,
       !writer.setMetadata(kBlocksKey, json::write(blocks), error))
     return false;
   for (const auto &[module, adapter] : adapters)
-    for (auto [suffix, f] : {std::pair{".lora_A.weight", &adapter.a},
-                             std::pair{".lora_B.weight", &adapter.b}})
+    for (auto [suffix, f] : {std::pair{"." + names.a + ".weight", &adapter.a},
+                             std::pair{"." + names.b + ".weight", &adapter.b}})
       if (!writer.add(prefix + module + suffix, f->dtype, {f->rows, f->cols},
                       f->data.data(), error))
         return false;
@@ -438,4 +445,105 @@ void mdl::rt::selectLoraModules(
     if (name == "lora" &&
         std::find(options.begin(), options.end(), "on") != options.end())
       choices.try_emplace(name, "on");
+}
+
+/// The value of `key` in PEFT's rank_pattern or alpha_pattern `patterns`
+/// for `module`: a key equal to the module's name or to a last part of it.
+static const json::Value *patternFor(const json::Value *patterns,
+                                     const std::string &module) {
+  if (!patterns || patterns->kind() != json::Value::Object)
+    return nullptr;
+  for (const auto &[key, value] : patterns->members())
+    if (module == key ||
+        (module.size() > key.size() &&
+         module.compare(module.size() - key.size(), key.size(), key) == 0 &&
+         module[module.size() - key.size() - 1] == '.'))
+      return &value;
+  return nullptr;
+}
+
+std::optional<json::Value> mdl::rt::adapterConfig(const json::Value &source,
+                                                  const Adapters &adapters,
+                                                  std::string &error) {
+  auto number = [](const json::Value *v, double otherwise) {
+    return v && (v->kind() == json::Value::Int ||
+                 v->kind() == json::Value::Double)
+               ? v->asDouble()
+               : otherwise;
+  };
+  const json::Value *rsloraFlag = source.get("use_rslora");
+  bool rslora = rsloraFlag && rsloraFlag->kind() == json::Value::Bool &&
+                rsloraFlag->asBool();
+  auto scaleOf = [&](double alpha, double r) {
+    return alpha / (rslora ? std::sqrt(r) : r);
+  };
+  double r = number(source.get("r"), 8), alpha = number(source.get("lora_alpha"), 8);
+  const json::Value *ranks = source.get("rank_pattern"),
+                    *alphas = source.get("alpha_pattern");
+  // Every module of the source has the scale of the defaults or of a
+  // pattern.
+  double scale = scaleOf(alpha, r);
+  for (const json::Value *patterns : {ranks, alphas})
+    if (patterns && patterns->kind() == json::Value::Object)
+      for (const auto &[key, value] : patterns->members()) {
+        double s = scaleOf(number(patternFor(alphas, key), alpha),
+                           number(patternFor(ranks, key), r));
+        if (std::abs(s - scale) > 1e-9 * std::abs(scale)) {
+          error = "the source adapters' '" + key + "' modules have the " +
+                  "scale lora_alpha / r " + std::to_string(s) +
+                  ", others " + std::to_string(scale) +
+                  ": fused modules could not keep both";
+          return std::nullopt;
+        }
+      }
+  // The most common rank is the default.
+  std::map<int64_t, size_t> counts;
+  for (const auto &[module, adapter] : adapters)
+    ++counts[adapter.a.rows];
+  int64_t base = int64_t(r);
+  size_t most = 0;
+  for (auto [rank, n] : counts)
+    if (n > most)
+      base = rank, most = n;
+  auto alphaFor = [&](int64_t rank) {
+    double a = scale * (rslora ? std::sqrt(double(rank)) : double(rank));
+    return a == std::floor(a) && std::abs(a) < 1e15
+               ? json::Value::integer(int64_t(a))
+               : json::Value::number(a);
+  };
+  // Patterns by last name where every module of that name agrees.
+  auto lastName = [](const std::string &m) {
+    size_t dot = m.rfind('.');
+    return dot == std::string::npos ? m : m.substr(dot + 1);
+  };
+  std::map<std::string, std::set<int64_t>> byName;
+  for (const auto &[module, adapter] : adapters)
+    byName[lastName(module)].insert(adapter.a.rows);
+  json::Value rankPattern = json::Value::object(),
+              alphaPattern = json::Value::object();
+  std::set<std::string> done;
+  for (const auto &[module, adapter] : adapters) {
+    int64_t rank = adapter.a.rows;
+    if (rank == base)
+      continue;
+    std::string key = byName[lastName(module)].size() == 1 ? lastName(module)
+                                                           : module;
+    if (!done.insert(key).second)
+      continue;
+    rankPattern.set(key, json::Value::integer(rank));
+    alphaPattern.set(key, alphaFor(rank));
+  }
+  json::Value out = source;
+  if (out.kind() != json::Value::Object)
+    out = json::Value::object();
+  out.set("r", json::Value::integer(base));
+  out.set("lora_alpha", alphaFor(base));
+  out.set("rank_pattern", std::move(rankPattern));
+  out.set("alpha_pattern", std::move(alphaPattern));
+  std::vector<std::string> targets;
+  for (const auto &[name, ranksOfName] : byName)
+    targets.push_back(name);
+  if (!targets.empty())
+    out.set("target_modules", json::Value::strings(targets));
+  return out;
 }

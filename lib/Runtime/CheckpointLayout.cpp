@@ -43,7 +43,7 @@ OutputLayout mdl::rt::outputLayout(const Binding &to, const std::string &out,
                                    bool safetensors, int64_t iteration) {
   OutputLayout l;
   l.rankRoot = out;
-  l.rankFile = safetensors ? "model.safetensors" : to.rankFile();
+  l.rankFile = safetensors ? "model.safetensors" : "";
   std::string tracker = safetensors ? "" : to.trackerFile();
   l.iteration = std::max<int64_t>(iteration, 0);
   if (!tracker.empty()) {
@@ -55,9 +55,9 @@ OutputLayout mdl::rt::outputLayout(const Binding &to, const std::string &out,
 }
 
 std::unique_ptr<TensorFileWriter>
-mdl::rt::makeRankWriter(const OutputLayout &layout,
+mdl::rt::makeRankWriter(const std::string &path, const OutputLayout &layout,
                         const ParallelConfig &config) {
-  if (!endsWith(layout.rankFile, ".pt"))
+  if (!endsWith(path, ".pt"))
     return std::make_unique<SafetensorsWriter>();
   auto w = std::make_unique<TorchCheckpointWriter>();
   // The state dicts as rankTensors names them: one, or one per virtual
@@ -76,7 +76,9 @@ mdl::rt::makeRankWriter(const OutputLayout &layout,
 std::optional<SourceLayout> mdl::rt::findRankFiles(const Binding &from,
                                                    const std::string &path,
                                                    std::string &error) {
-  std::string rankFile = from.rankFile(), tracker = from.trackerFile();
+  // Rank directories hold one file each (no `{part}`).
+  std::string rankFile = from.rankFile(ParallelConfig(), 0),
+              tracker = from.trackerFile();
   auto fileIn = [&](const std::string &dir) -> std::string {
     for (const std::string &f : {rankFile, std::string("model.safetensors")})
       if (isFile(dir + "/" + f))

@@ -752,14 +752,34 @@ bool Converter::writeRanks(
     const std::function<void(const ConvertProgress &)> &progress,
     const std::function<void(size_t)> &written,
     const WriterFactory &makeWriter) {
-  size_t files = std::min(ranks.size(), paths.size());
+  std::vector<TargetFile> files;
+  for (size_t f = 0; f < std::min(ranks.size(), paths.size()); ++f)
+    files.push_back({ranks[f], paths[f], {}});
+  return writeFiles(files, error, progress, written, makeWriter);
+}
+
+bool Converter::writeFiles(
+    const std::vector<TargetFile> &targets, std::string &error,
+    const std::function<void(const ConvertProgress &)> &progress,
+    const std::function<void(size_t)> &written,
+    const WriterFactory &makeWriter) {
+  size_t files = targets.size();
   // Every tensor of every file is planned before anything is written.
   std::vector<std::vector<RankTensor>> tensors(files);
   std::vector<std::vector<Job>> jobs(files);
   ConvertProgress state;
   state.ranksTotal = int64_t(files);
   for (size_t f = 0; f < files; ++f) {
-    tensors[f] = to.rankTensors(toConfig, ranks[f]);
+    tensors[f] = to.rankTensors(toConfig, targets[f].rank);
+    if (!targets[f].tensors.empty()) {
+      std::set<std::string> keep(targets[f].tensors.begin(),
+                                 targets[f].tensors.end());
+      tensors[f].erase(std::remove_if(tensors[f].begin(), tensors[f].end(),
+                                      [&](const RankTensor &t) {
+                                        return !keep.count(t.name);
+                                      }),
+                       tensors[f].end());
+    }
     jobs[f] = std::vector<Job>(tensors[f].size());
     state.tensorsTotal += int64_t(tensors[f].size());
     for (size_t i = 0; i < tensors[f].size(); ++i) {
@@ -829,7 +849,7 @@ bool Converter::writeRanks(
     // swap and stays as its framework writes it.
     if (!to.layout().mesh.empty())
       for (const auto &[key, value] : rankRecord(
-               {to.layout().model, to.layout().backend, toConfig, ranks[f]}))
+               {to.layout().model, to.layout().backend, toConfig, targets[f].rank}))
         if (!writer.setMetadata(key, value, err))
           return fail(err);
     for (size_t i = 0; i < tensors[f].size(); ++i) {
@@ -875,7 +895,7 @@ bool Converter::writeRanks(
                       std::move(sourceFn), err))
         return fail(err);
     }
-    if (!writer.write(paths[f], err))
+    if (!writer.write(targets[f].path, err))
       return fail(err);
     std::lock_guard<std::mutex> lock(mutex);
     ++state.ranksDone;

@@ -38,6 +38,7 @@ const DTypeInfo &info(DType t) {
 
 std::string_view mdl::safetensorsName(DType t) { return info(t).safetensors; }
 std::string_view mdl::specName(DType t) { return info(t).spec; }
+std::string_view mdl::torchName(DType t) { return info(t).torch; }
 size_t mdl::byteSize(DType t) { return info(t).size; }
 bool mdl::isFloat(DType t) { return info(t).isFloat; }
 

@@ -63,6 +63,67 @@ const Generated *mdl::rt::findGenerated(const std::string &model,
   return nullptr;
 }
 
+const ModelDecl *mdl::rt::servingModel(const HFConfig &config,
+                                       std::string &error) {
+  std::string modelType;
+  std::vector<std::string> architectures;
+  if (const json::Value *t = config.lookup("model_type");
+      t && t->kind() == json::Value::String)
+    modelType = t->asString();
+  if (const json::Value *a = config.lookup("architectures");
+      a && a->kind() == json::Value::Array)
+    for (const json::Value &e : a->elements())
+      if (e.kind() == json::Value::String)
+        architectures.push_back(e.asString());
+  auto has = [](const std::vector<std::string> &list, const std::string &s) {
+    return std::find(list.begin(), list.end(), s) != list.end();
+  };
+  std::vector<const ModelDecl *> byType, byArch, both;
+  std::set<std::string> seen;
+  std::string supported;
+  for (const Generated *g : registry()) {
+    const ModelDecl &m = g->model;
+    if (!seen.insert(m.name).second)
+      continue;
+    bool type = !modelType.empty() && has(m.modelTypes, modelType);
+    bool arch = std::any_of(architectures.begin(), architectures.end(),
+                            [&](const std::string &a) {
+                              return has(m.architectures, a);
+                            });
+    if (type)
+      byType.push_back(&m);
+    if (arch)
+      byArch.push_back(&m);
+    if (type && arch)
+      both.push_back(&m);
+    std::string serves;
+    for (const std::string &s : m.modelTypes)
+      serves += (serves.empty() ? "" : ", ") + s;
+    for (const std::string &s : m.architectures)
+      serves += (serves.empty() ? "" : ", ") + s;
+    supported += "\n  " + m.name + ": " + (serves.empty() ? "-" : serves);
+  }
+  for (const std::vector<const ModelDecl *> *c : {&both, &byType, &byArch})
+    if (c->size() == 1)
+      return c->front();
+  std::string found = "model_type " +
+                      (modelType.empty() ? "(none)" : "'" + modelType + "'") +
+                      ", architectures";
+  if (architectures.empty())
+    found += " (none)";
+  for (const std::string &a : architectures)
+    found += " '" + a + "'";
+  std::string candidates;
+  for (const ModelDecl *m : both.empty() ? byType.size() > 1 ? byType : byArch
+                                         : both)
+    candidates += (candidates.empty() ? "" : ", ") + m->name;
+  error = config.path() + " (" + found + ") " +
+          (candidates.empty() ? "is served by no compiled-in spec"
+                              : "is served by several specs: " + candidates) +
+          "; give --model. The specs serve:" + supported;
+  return nullptr;
+}
+
 //===----------------------------------------------------------------------===//
 // Binding
 //===----------------------------------------------------------------------===//
@@ -127,10 +188,11 @@ std::string Binding::rankDir(const ParallelConfig &config,
   return v ? v->s : "rank_" + std::to_string(rank);
 }
 
-std::string Binding::rankFile() const {
+std::string Binding::rankFile(const ParallelConfig &config,
+                              int64_t rank) const {
   std::optional<Value> v;
   if (backendDecl->rankFile)
-    v = setting(*this, backendDecl->rankFile, ParallelConfig(), 0);
+    v = setting(*this, backendDecl->rankFile, config, rank);
   return v ? v->s : "model.safetensors";
 }
 
@@ -148,3 +210,9 @@ bool Binding::rankSaved(const ParallelConfig &config, int64_t rank) const {
   return !v || v->i != 0;
 }
 
+std::string Binding::adapterBackend() const {
+  std::optional<Value> v;
+  if (backendDecl->adapterBackend)
+    v = setting(*this, backendDecl->adapterBackend, ParallelConfig(), 0);
+  return v ? v->s : backendDecl->name;
+}

@@ -82,20 +82,26 @@ HFConfig HFConfig::fromJson(json::Value root, std::string path) {
   return c;
 }
 
-void HFConfig::addOverride(const std::string &key, const std::string &value) {
+json::Value HFConfig::overrideValue(const std::string &value) {
   json::ParseError err;
   std::optional<json::Value> v = json::parse(value, err);
-  overrides.push_back({key, v ? *v : json::Value::string(value)});
+  return v ? *v : json::Value::string(value);
+}
+
+void HFConfig::addOverride(const std::string &key, const std::string &value) {
+  overrides.push_back({key, overrideValue(value)});
+}
+
+bool HFConfig::keyMatches(std::string_view path, std::string_view key) {
+  return path == key || (path.size() > key.size() &&
+                         path.substr(path.size() - key.size()) == key &&
+                         path[path.size() - key.size() - 1] == '.');
 }
 
 const json::Value *HFConfig::lookup(std::string_view path) const {
-  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
-    const std::string &k = it->first;
-    if (path == k || (path.size() > k.size() &&
-                      path.substr(path.size() - k.size()) == k &&
-                      path[path.size() - k.size() - 1] == '.'))
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it)
+    if (keyMatches(path, it->first))
       return &it->second;
-  }
   const json::Value *v = &root;
   size_t start = 0;
   while (v && start <= path.size()) {

@@ -991,8 +991,17 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path,
     return nullptr;
   }
   std::sort(files.begin(), files.end());
-  for (const std::string &f : files)
-    if (!ckpt->addShard(dir + "/" + f, headersOnly, error))
+  for (std::string &f : files)
+    f = dir + "/" + f;
+  return openFiles(files, error, headersOnly);
+}
+
+std::unique_ptr<Checkpoint>
+Checkpoint::openFiles(const std::vector<std::string> &paths,
+                      std::string &error, bool headersOnly) {
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  for (const std::string &p : paths)
+    if (!ckpt->addShard(p, headersOnly, error))
       return nullptr;
   return ckpt;
 }

@@ -256,7 +256,7 @@ private:
 };
 
 bool isModelOnly(Member::Kind k) {
-  return k == Member::Config || k == Member::Example ||
+  return k == Member::Config || k == Member::Example || k == Member::Serves ||
          k == Member::Pipeline || k == Member::DTypeDefault ||
          k == Member::Deploy;
 }
@@ -265,6 +265,7 @@ const char *memberKindName(Member::Kind k) {
   switch (k) {
   case Member::Config: return "config entry";
   case Member::Example: return "example";
+  case Member::Serves: return "serves declaration";
   case Member::Let: return "let";
   case Member::Require: return "require";
   case Member::DTypeDefault: return "dtype";
@@ -994,6 +995,30 @@ void Analyzer::checkMember(const ModuleDecl *m, const Member *mem) {
     }
     return;
   }
+  case Member::Serves: {
+    auto *x = cast<ServesMember>(mem);
+    if (x->key.name != "architectures" && x->key.name != "model_type") {
+      error(x->key.loc()) << "a model serves 'architectures' or 'model_type', "
+                             "not '"
+                          << x->key.name << "'";
+      return;
+    }
+    // Each value once per key, over all of the model's serves.
+    llvm::StringMap<SMRange> seen;
+    for (const MemberPtr &other : m->members)
+      if (auto *s = dyn_cast<ServesMember>(other.get());
+          s && s->key.name == x->key.name)
+        for (auto &[value, range] : s->values) {
+          auto [it, added] = seen.try_emplace(value, range);
+          if (!added && s == x) {
+            auto diag = error(range.Start);
+            diag << "model '" << m->name.name << "' already serves "
+                 << x->key.name << " '" << value << "'";
+            diag.attachNote(loc(it->second.Start)) << "first named here";
+          }
+        }
+    return;
+  }
   case Member::Let: {
     auto *l = cast<LetMember>(mem);
     if (l->declaredType)
@@ -1294,9 +1319,10 @@ void Analyzer::checkValueCycles(const ModuleScope &scope) {
 
 void Analyzer::checkExtends(const ModuleDecl *m) {
   for (const MemberPtr &mem : m->members)
-    if (!isa<ExampleMember, DeployMember>(mem.get()))
+    if (!isa<ExampleMember, DeployMember, ServesMember>(mem.get()))
       error(mem->getLoc()) << "a model that extends another only adds example "
-                              "configs and deployments; its members are "
+                              "configs, deployments and what it serves; its "
+                              "members are "
                               "those of '"
                            << m->base->name << "'";
   llvm::SmallPtrSet<const ModuleDecl *, 4> seen = {m};

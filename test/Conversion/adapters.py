@@ -14,6 +14,12 @@ Megatron), and checks every rank:
     of the fused module's parts (q, k, v; gate, up), whole for a column-
     parallel module and split by columns for a row-parallel one;
   - no adapted weight of the rank is left without its adapter.
+Each output's adapter_config.json must give every module of every rank its
+rank (r, or its rank_pattern entry) and the source's scale lora_alpha / r
+(through alpha_pattern for fused modules). vLLM loads HF-PEFT adapters
+itself: for it the adapters stay as they are, byte for byte. Megatron-
+Bridge's factor names (--adapter-names adapter.linear_in,adapter.linear_out)
+are checked on one configuration.
 Then converts each backend's adapters back to HF-PEFT and requires every
 module's adapter to be the original, byte for byte (a fused adapter records
 its HF modules' rank blocks in its metadata); without those blocks (an
@@ -62,13 +68,37 @@ def delta(adapter):
     return f64(b) @ f64(a)
 
 
-def load_adapters(path):
+def load_adapters(path, names=("lora_A", "lora_B")):
     out = {}
     for name, (_, a) in reference.load(path).items():
         name = name[len(PREFIX):] if name.startswith(PREFIX) else name
-        module, factor = name.rsplit(".lora_", 1)
-        out.setdefault(module, [None, None])["AB".index(factor[0])] = a
+        factor = [i for i, f in enumerate(names) if name.endswith("." + f + ".weight")]
+        assert len(factor) == 1, name
+        module = name[:-len(".%s.weight" % names[factor[0]])]
+        out.setdefault(module, [None, None])[factor[0]] = a
     return {m: tuple(f) for m, f in out.items()}
+
+
+def pattern(patterns, module, default):
+    """PEFT's rank_pattern/alpha_pattern lookup: a key that is the module's
+    name or ends it after a dot."""
+    for key, value in patterns.items():
+        if module == key or module.endswith("." + key):
+            return value
+    return default
+
+
+def check_config(out, got, scale):
+    """Failures of adapter_config.json against one rank's adapters."""
+    config = json.load(open(os.path.join(out, "adapter_config.json")))
+    failures = []
+    for module, (a, _) in got.items():
+        r = pattern(config.get("rank_pattern", {}), module, config["r"])
+        alpha = pattern(config.get("alpha_pattern", {}), module, config["lora_alpha"])
+        if r != a.shape[0] or alpha / r != scale:
+            failures.append("adapter_config.json gives %s r %s and alpha %s; it has rank %d, "
+                            "the source's scale is %s" % (module, r, alpha, a.shape[0], scale))
+    return failures[:3]
 
 
 def write_adapters(path, adapters):
@@ -159,6 +189,40 @@ def trained_fused(args, out, adapters):
     return failures
 
 
+def bridge_names(args, peft, out, adapters):
+    """Megatron-Bridge's factor names: the same tensors, named
+    adapter.linear_in and adapter.linear_out, and back to HF unchanged."""
+    names = ("adapter.linear_in", "adapter.linear_out")
+    bridge = os.path.join(args.work, "bridge")
+    back = os.path.join(args.work, "bridge_back")
+    shutil.rmtree(bridge, ignore_errors=True)
+    shutil.rmtree(back, ignore_errors=True)
+    r = subprocess.run([args.convert, "--model", args.model, "--from", "hf", "--to", "mcore_te",
+                        "--tp", "2", "--adapters", "--adapter-names", ",".join(names),
+                        "--config", args.config, "--quiet", peft, bridge],
+                       capture_output=True, text=True)
+    if r.returncode:
+        return ["bridge names: hf -> mcore_te failed: " + r.stderr.strip()]
+    failures = []
+    for d in sorted(os.listdir(out)):
+        path = os.path.join(out, d, "adapter_model.safetensors")
+        if os.path.exists(path):
+            want = load_adapters(path)
+            got = load_adapters(os.path.join(bridge, d, "adapter_model.safetensors"), names)
+            if set(got) != set(want) or any(x.tobytes() != y.tobytes() for m in want
+                                            for x, y in zip(got[m], want[m])):
+                failures.append("bridge names: %s differs from the lora_A/lora_B output" % d)
+    r = subprocess.run([args.convert, "--model", args.model, "--from", "mcore_te", "--to", "hf",
+                        "--adapters", "--quiet", bridge, back], capture_output=True, text=True)
+    if r.returncode:
+        return failures + ["bridge names: mcore_te -> hf failed: " + r.stderr.strip()]
+    returned = load_adapters(os.path.join(back, "adapter_model.safetensors"))
+    if set(returned) != set(adapters) or any(x.tobytes() != y.tobytes() for m in adapters
+                                             for x, y in zip(returned[m], adapters[m])):
+        failures.append("bridge names: the adapters changed on the way back")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     for flag in ("mdlc", "convert", "spec", "model", "config", "work"):
@@ -197,7 +261,8 @@ def main():
         adapters[module] = (bf16(rng.uniform(1, 4, (rsz, in_f))),
                             bf16(rng.uniform(1, 4, (out_f, rsz))))
     write_adapters(os.path.join(peft, "adapter_model.safetensors"), adapters)
-    json.dump({"peft_type": "LORA", "r": rsz, "lora_alpha": 2 * rsz,
+    scale = 2
+    json.dump({"peft_type": "LORA", "r": rsz, "lora_alpha": scale * rsz,
                "target_modules": list(targets)},
               open(os.path.join(peft, "adapter_config.json"), "w"))
 
@@ -238,6 +303,15 @@ def main():
                 failures.append("%s: hf -> backend failed: %s" % (where, r.stderr.strip()))
                 continue
             converted += 1
+            if backend == "vllm":
+                # vLLM's LoRA manager reads HF-PEFT adapters.
+                kept = load_adapters(os.path.join(out, "adapter_model.safetensors"))
+                if set(kept) != set(adapters) or any(
+                        x.tobytes() != y.tobytes() for m in adapters
+                        for x, y in zip(kept[m], adapters[m])):
+                    failures.append("%s: the HF-PEFT adapters were not kept" % where)
+                failures += ["%s: %s" % (where, f) for f in check_config(out, kept, scale)]
+                continue
             ref = reference.Reference(args.model, backend, config, hf, par)
             tags = reference.Reference(args.model, backend, config, tagged, par)
             ranks = tp * pp if ref.mcore else tp
@@ -247,6 +321,7 @@ def main():
                                                  "adapter_model.safetensors"))
                 failures += ["%s: %s" % (where, f) for f in
                              check_rank(ref, tags, rank, got, adapters, names, par)]
+                failures += ["%s: %s" % (where, f) for f in check_config(out, got, scale)]
             r = subprocess.run([args.convert, "--model", args.model, "--from", backend, "--to", "hf",
                                 "--adapters", "--quiet", out, back], capture_output=True, text=True)
             if r.returncode:
@@ -263,6 +338,7 @@ def main():
                     failures.append("%s: the adapter of %s changed on the way back" % (where, module))
             if (backend, tp, pp) == ("mcore_te", 2, 1):
                 failures += ["%s: %s" % (where, f) for f in trained_fused(args, out, adapters)]
+                failures += ["%s: %s" % (where, f) for f in bridge_names(args, peft, out, adapters)]
 
     print("%s: adapters on %d modules, %d conversions matched the reference and came back, "
           "%d failures" % (args.model, len(adapters), converted, len(failures)))

@@ -19,6 +19,7 @@ import io
 import json
 import os
 import pickle
+import re
 import struct
 import sys
 import zipfile
@@ -190,6 +191,27 @@ def load_dir(d):
     for f in sorted(os.listdir(d)):
         if f.endswith(".safetensors"):
             out.update(load(os.path.join(d, f)))
+    return out
+
+
+def vllm_rank_files(d, rank):
+    """vLLM's sharded_state files of a tensor-parallel rank:
+    model-rank-{rank}-part-{part}.safetensors, parts from 0, in order."""
+    parts = {}
+    for f in os.listdir(d):
+        m = re.fullmatch(r"model-rank-%d-part-(\d+)\.safetensors" % rank, f)
+        if m:
+            parts[int(m.group(1))] = os.path.join(d, f)
+    assert sorted(parts) == list(range(len(parts))), "parts of rank %d: %s" % (rank, sorted(parts))
+    return [parts[p] for p in sorted(parts)]
+
+
+def load_files(paths):
+    out = {}
+    for p in paths:
+        part = load(p)
+        assert not set(part) & set(out), "a tensor in two parts"
+        out.update(part)
     return out
 
 
@@ -772,22 +794,28 @@ def main():
     ref = Reference(args.model, backend, config, hf, par)
     plan = json.load(open(os.path.join(args.out, "plan.json")))
     ranks = par["tp"] * par["pp"] * par["ep"] if ref.mcore else par["tp"]
-    root, rank_file = rank_files(args.out)
-    dirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    expected = megatron_dirs(par) if ref.mcore else {
-        (t, 0, 0): "rank_%02d" % t for t in range(par["tp"])}
+    # Megatron: its rank directories (those of the ranks that save);
+    # vLLM: sharded_state files at the top.
+    expected = megatron_dirs(par) if ref.mcore else {}
     failures = 0
     checked = 0
-    if dirs != sorted(expected.values()):
-        print("rank directories differ: expected %s, found %s" % (
-            sorted(expected.values()), dirs))
-        failures += 1
+    if ref.mcore:
+        root, rank_file = rank_files(args.out)
+        dirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+        if dirs != sorted(expected.values()):
+            print("rank directories differ: expected %s, found %s" % (
+                sorted(expected.values()), dirs))
+            failures += 1
     for r in range(ranks):
         t, p, e = ref.coords(r)
-        if (t, p, e) not in expected:
-            continue
-        d = expected[(t, p, e)]
-        got = load_rank(os.path.join(root, d, rank_file))
+        if ref.mcore:
+            if (t, p, e) not in expected:
+                continue
+            d = expected[(t, p, e)]
+            got = load_rank(os.path.join(root, d, rank_file))
+        else:
+            d = "model-rank-%d-part-*" % t
+            got = load_files(vllm_rank_files(args.out, t))
         want = ref.rank(r)
         if scale_ref:
             upsampled = scale_ref.rank(r)

@@ -125,7 +125,8 @@ def main():
             back = os.path.join(args.work, "back")
             shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(back, ignore_errors=True)
-            r = run([args.convert, "--model", args.model, "--from", "hf", "--to", backend,
+            # The model is the one whose spec serves the config.
+            r = run([args.convert, "--from", "hf", "--to", backend,
                      "--tp", str(tp), "--pp", str(pp), "--ep", str(ep), "--etp", str(etp),
                      "--quiet", hf, out])
             if r.returncode:
@@ -172,10 +173,11 @@ def main():
         if r.returncode:
             failures.append("backend to backend: %s failed: %s" % (" ".join(s[:4]), r.stderr.strip()))
     if not failures:
-        for rank in ("rank_00", "rank_01"):
-            diff = same(os.path.join(vl, rank), os.path.join(direct, rank))
+        for rank in (0, 1):
+            diff = same(*(reference.load_files(reference.vllm_rank_files(d, rank))
+                          for d in (vl, direct)))
             if diff:
-                failures.append("mcore_te -> vllm differs from hf -> vllm on %s: %s" % (rank, diff))
+                failures.append("mcore_te -> vllm differs from hf -> vllm on rank %d: %s" % (rank, diff))
 
     print("%s (%s experts): %d conversions round-tripped and matched the reference, "
           "%d configurations invalid, %d failures" % (

@@ -25,6 +25,12 @@ mdl.module @m attributes {examples = ["a.json"]} {
 
 // -----
 
+// expected-error@+1 {{'mdl.module' op only a model serves architectures or model types}}
+mdl.module @m attributes {model_types = ["m"]} {
+}
+
+// -----
+
 mdl.module @m {
   // expected-error@+1 {{'mdl.yield' op cannot appear in a module}}
   mdl.yield

@@ -15,6 +15,7 @@
 #include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/CheckpointLayout.h"
 #include "mdl/Runtime/Cli.h"
+#include "mdl/Runtime/CheckpointDir.h"
 #include "mdl/Runtime/Convert.h"
 #include "mdl/Runtime/Detect.h"
 #include "mdl/Runtime/File.h"
@@ -36,22 +37,25 @@ using namespace mdl::rt;
 namespace {
 
 const char *kUsage =
-    R"(usage: mdl-convert --model NAME --from A --to B [options] IN_DIR OUT_DIR
+    R"(usage: mdl-convert [--model NAME] --from A --to B [options] IN_DIR OUT_DIR
        mdl-convert --list
 
-Converts a checkpoint of model NAME from layout A to layout B (hf, mcore-te,
-mcore-local, vllm, ...). IN_DIR holds config.json and, for hf, the
-safetensors files (with model.safetensors.index.json when sharded); for a
-backend, what mdl-convert wrote (plan.json, config.json, the rank files),
-or a checkpoint a training run saved (mcore: the directory with
-latest_checkpointed_iteration.txt, a release/ or iter_* directory, or one
-rank's directory; its configuration is found from its rank directories,
-the model's config comes from --config). OUT_DIR gets config.json,
-plan.json and the target's files: for hf model.safetensors; for mcore
-Megatron's torch checkpoint (latest_checkpointed_iteration.txt, and in
-release/ one mp_rank_TT[_PPP][_EEE] directory per saved rank with a
-model_optim_rng.pt); for vllm one rank_TT directory per rank with a
-model.safetensors.
+Converts a checkpoint from layout A to layout B (hf, mcore-te, mcore-local,
+vllm, ...). The model is the one whose spec serves config.json's
+architectures and model_type, or NAME. IN_DIR holds config.json and, for
+hf, the safetensors files (with model.safetensors.index.json when
+sharded); for a backend, what mdl-convert wrote (plan.json, config.json,
+the ranks' files), or a checkpoint a training run saved (mcore: the
+directory with latest_checkpointed_iteration.txt, a release/ or iter_*
+directory, or one rank's directory; its configuration is found from its
+rank directories, the model's config comes from --config). OUT_DIR gets
+config.json, plan.json, the source's other files that are not weights
+(tokenizer, generation config, ...) and the target's files: for hf
+model.safetensors, or shards with model.safetensors.index.json above
+--max-shard-size; for mcore Megatron's torch checkpoint
+(latest_checkpointed_iteration.txt, and in release/ one
+mp_rank_TT[_PPP][_EEE] directory per saved rank with a model_optim_rng.pt);
+for vllm its sharded_state files, model-rank-R-part-P.safetensors.
 
 Options:
   --tp N --pp N --ep N --etp N --vpp N --sp
@@ -78,6 +82,9 @@ Options:
                       their sources' adapters stacked along the rank, and
                       the HF modules of a fused adapter share its lora_A,
                       so every merged delta W is kept exactly
+  --adapter-names A,B the adapters' factor names in a backend's files
+                      (default lora_A,lora_B; Megatron-Bridge's:
+                      adapter.linear_in,adapter.linear_out)
   --config FILE       the model's config.json (default:
                       IN_DIR/config.json; required for a checkpoint
                       without plan.json)
@@ -87,6 +94,13 @@ Options:
                       than in the backend's own format (--format native)
   --iteration N       save as iteration N (iter_000000N) rather than as a
                       release
+  --max-shard-size S  the largest file of an hf target or a split rank
+                      (vllm), as save_pretrained reads it: 5GB (the
+                      default, 10^9 bytes a GB), 500MB, 20KB, 2GiB, bytes
+  --dtype T           bf16, fp16 or fp32: floating weights are converted
+                      to T (rounded once, to nearest even), parameters the
+                      spec gives a dtype of their own keep it; the output
+                      config.json's torch_dtype says T
   --dry-run           check the source as the conversion does, then print
                       what each target rank would hold (directory, name,
                       shape, dtype) and write nothing
@@ -250,7 +264,8 @@ bool makeDir(const std::string &path, Cleanup &cleanup, std::string &error) {
 /// HF's modules.
 std::optional<std::vector<Adapters>>
 convertAdapters(const Binding &hf, const Binding &from,
-                const ParallelConfig &source, bool fromHf, const Binding &to,
+                const ParallelConfig &source, bool fromHf,
+                const FactorNames &fromNames, const Binding &to,
                 const ParallelConfig &target, bool toHf,
                 const std::string &inDir, const std::vector<int64_t> &todo,
                 std::string &error) {
@@ -258,7 +273,7 @@ convertAdapters(const Binding &hf, const Binding &from,
     std::unique_ptr<SafetensorsFile> file = SafetensorsFile::open(path, error);
     if (!file)
       return std::nullopt;
-    return readAdapters(*file, error);
+    return readAdapters(*file, error, fromHf ? FactorNames() : fromNames);
   };
   std::optional<Adapters> peft;
   if (fromHf) {
@@ -302,6 +317,9 @@ int main(int argc, char **argv) {
   bool adapters = false, safetensorsOut = false;
   int64_t iteration = -1;
   std::string configGiven;
+  uint64_t maxShard = 5'000'000'000;
+  std::optional<DType> castTo;
+  std::optional<FactorNames> namesGiven;
   LoadOptions load;
   std::map<std::string, std::string> choicesGiven;
   for (int i = 1; i < argc; ++i) {
@@ -344,6 +362,22 @@ int main(int argc, char **argv) {
       dryRun = true;
     } else if (a == "--adapters") {
       adapters = true;
+    } else if (flag == "--max-shard-size") {
+      std::optional<uint64_t> n;
+      if (!value(v) || !(n = parseByteSize(v)) || *n == 0)
+        return usage("--max-shard-size takes a size such as 5GB, 500MB, "
+                     "20KB or a number of bytes");
+      maxShard = *n;
+    } else if (flag == "--dtype") {
+      if (!value(v) || (v != "bf16" && v != "fp16" && v != "fp32"))
+        return usage("--dtype takes bf16, fp16 or fp32");
+      castTo = v == "bf16" ? DType::BF16 : v == "fp16" ? DType::F16 : DType::F32;
+    } else if (flag == "--adapter-names") {
+      size_t comma = value(v) ? v.find(',') : std::string::npos;
+      if (comma == std::string::npos || comma == 0 || comma + 1 == v.size() ||
+          v.substr(0, comma) == v.substr(comma + 1))
+        return usage("--adapter-names takes two names, A,B");
+      namesGiven = FactorNames{v.substr(0, comma), v.substr(comma + 1)};
     } else if (flag == "--config") {
       if (!value(v) || v.empty())
         return usage("--config needs a file");
@@ -415,15 +449,22 @@ int main(int argc, char **argv) {
     }
   }
   if (list) {
-    for (const Generated *g : registry())
-      std::printf("%s\t%s\t%s\n", g->model.name.c_str(),
-                  g->backend.name.c_str(), g->model.spec.c_str());
+    // Each model with the backends it converts between and what it serves.
+    for (const Generated *g : registry()) {
+      std::string serves;
+      for (const auto *values : {&g->model.modelTypes, &g->model.architectures})
+        for (const std::string &s : *values)
+          serves += (serves.empty() ? "" : ",") + s;
+      std::printf("%s\t%s\t%s\t%s\n", g->model.name.c_str(),
+                  g->backend.name.c_str(), g->model.spec.c_str(),
+                  serves.c_str());
+    }
     return 0;
   }
   if (std::optional<std::string> why = target.checkBounds())
     return usage(*why);
-  if (model.empty() || fromName.empty() || toName.empty())
-    return usage("--model, --from and --to are required");
+  if (fromName.empty() || toName.empty())
+    return usage("--from and --to are required");
   if (positional.size() != 2)
     return usage("give IN_DIR and OUT_DIR");
   if (fromName == toName)
@@ -437,6 +478,20 @@ int main(int argc, char **argv) {
     inputs.push_back(configGiven);
   if (std::optional<std::string> why = outputOverlapsInput(outDir, inputs))
     return fail(*why);
+  std::string configPath =
+      configGiven.empty() ? inDir + "/config.json" : configGiven;
+  if (model.empty()) {
+    // The spec that serves the checkpoint's config.
+    std::string error;
+    std::optional<HFConfig> config = HFConfig::load(configPath, error);
+    const ModelDecl *serving = config ? servingModel(*config, error) : nullptr;
+    if (!serving)
+      return fail(error);
+    model = serving->name;
+    if (!quiet)
+      std::fprintf(stderr, "mdl-convert: %s is served by %s\n",
+                   configPath.c_str(), model.c_str());
+  }
 
   // The generated units of the model: any of them knows the HF layout.
   const Generated *any = nullptr;
@@ -484,6 +539,7 @@ int main(int argc, char **argv) {
   // The source: an HF checkpoint, or what mdl-convert wrote.
   ParallelConfig source;
   std::map<std::string, std::string> sourceChoices = choicesGiven;
+  FactorNames sourceNames;
   // Config entries the config leaves open, as the checkpoint settles them.
   std::vector<std::pair<std::string, std::string>> settled;
   std::string planText, planError;
@@ -528,12 +584,23 @@ int main(int argc, char **argv) {
     if (const json::Value *d = plan->get("detected"))
       for (const auto &[k, v] : d->members())
         settled.push_back({k, json::write(v)});
+    // The overrides the source was written with stay in force.
+    if (const json::Value *ov = plan->get("overrides"))
+      for (const auto &[k, v] : ov->members())
+        if (v.kind() == json::Value::String &&
+            std::none_of(load.overrides.begin(), load.overrides.end(),
+                         [&](const auto &o) { return o.first == k; }))
+          load.overrides.insert(load.overrides.begin(), {k, v.asString()});
+    if (const json::Value *n = plan->get("adapter_names");
+        n && n->kind() == json::Value::Array && n->elements().size() == 2 &&
+        n->elements()[0].kind() == json::Value::String &&
+        n->elements()[1].kind() == json::Value::String)
+      sourceNames = {n->elements()[0].asString(), n->elements()[1].asString()};
   }
 
-  // Instantiate once; both sides bind the same instance.
+  // Instantiate once; both sides bind the same instance, but for a cast
+  // target.
   std::string error;
-  std::string configPath =
-      configGiven.empty() ? inDir + "/config.json" : configGiven;
   std::optional<HFConfig> plain = HFConfig::load(configPath, error);
   if (!plain)
     return fail(error);
@@ -574,18 +641,31 @@ int main(int argc, char **argv) {
   }
   // The model asked for: overrides may lower a depth (the dropped
   // elements' tensors are skipped), never raise it.
+  HFConfig config = *plain;
+  for (const auto &[k, v] : settled)
+    config.addOverride(k, v);
+  for (const auto &[k, v] : load.overrides)
+    config.addOverride(k, v);
   std::shared_ptr<Model> instance = held;
   if (!load.overrides.empty()) {
-    HFConfig config = *plain;
-    for (const auto &[k, v] : settled)
-      config.addOverride(k, v);
-    for (const auto &[k, v] : load.overrides)
-      config.addOverride(k, v);
     instance = Model::create(any->model, config, error);
     if (!instance)
       return fail(error);
     if (auto deeper = deeperThan(instance->root(), held->root(), configPath))
       return fail(*deeper);
+  }
+  // The target's weights in another dtype: an instance whose config says
+  // it (the output's config.json says it too).
+  std::vector<std::pair<std::string, std::string>> configKeys = load.overrides;
+  std::shared_ptr<Model> targetInstance = instance;
+  if (castTo) {
+    std::string name(torchName(*castTo));
+    configKeys.push_back({"torch_dtype", name});
+    HFConfig cast = config;
+    for (const char *key : {"torch_dtype", "dtype"})
+      cast.addOverride(key, name);
+    if (!(targetInstance = Model::create(any->model, cast, error)))
+      return fail(error);
   }
   // Adapters are for the modules a backend builds with LoRA enabled.
   if (adapters)
@@ -600,7 +680,8 @@ int main(int argc, char **argv) {
   if (adapters)
     selectLoraModules(toDecl->choices, targetChoices);
   std::unique_ptr<Binding> to =
-      from ? Binding::bind(instance, *toDecl, targetChoices, error) : nullptr;
+      from ? Binding::bind(targetInstance, *toDecl, targetChoices, error)
+           : nullptr;
   std::unique_ptr<Binding> heldFrom =
       to && held != instance
           ? Binding::bind(held, *fromDecl, sourceChoices, error)
@@ -616,7 +697,9 @@ int main(int argc, char **argv) {
       c = Checkpoint::open(path, err);
     return c;
   };
-  if (fromName != "hf" && !adapters) {
+  // Rank directories (Megatron's, maybe under a tracker); a backend whose
+  // ranks are files at the top (vLLM's sharded_state) is read by rank.
+  if (fromName != "hf" && !adapters && !from->rankDir(source, 0).empty()) {
     sourceFiles = findRankFiles(*from, inDir, error);
     if (!sourceFiles)
       return fail(error);
@@ -663,6 +746,10 @@ int main(int argc, char **argv) {
   // written.
   std::unique_ptr<Binding> hfBinding;
   std::vector<Adapters> adapterOutputs;
+  // Backends that load HF-PEFT adapters (vLLM) keep them as they are.
+  bool adaptersFromHf = from->adapterBackend() == "hf",
+       adaptersToHf = to->adapterBackend() == "hf";
+  FactorNames targetNames = namesGiven ? *namesGiven : FactorNames();
   if (adapters) {
     const Binding *hf = fromName == "hf" ? from.get()
                         : toName == "hf" ? to.get()
@@ -674,8 +761,9 @@ int main(int argc, char **argv) {
       hf = hfBinding.get();
     }
     std::optional<std::vector<Adapters>> converted = convertAdapters(
-        *hf, *from, source, fromName == "hf", *to, target, toName == "hf",
-        inDir, todo, error);
+        *hf, *from, source, adaptersFromHf, sourceNames, *to, target,
+        adaptersToHf, inDir, adaptersToHf ? std::vector<int64_t>{0} : todo,
+        error);
     if (!converted)
       return fail(error);
     adapterOutputs = std::move(*converted);
@@ -706,8 +794,17 @@ int main(int argc, char **argv) {
   for (int64_t s : needed) {
     std::shared_ptr<Checkpoint> ckpt = hfInput;
     if (!ckpt) {
-      ckpt = openRank(sourceFiles->rankFiles.at(from->rankDir(source, s)),
-                      error);
+      if (sourceFiles) {
+        ckpt = openRank(sourceFiles->rankFiles.at(from->rankDir(source, s)),
+                        error);
+      } else {
+        // Ranks at the top of the checkpoint, in parts (vLLM's
+        // sharded_state).
+        std::optional<std::vector<std::string>> paths =
+            rankFiles(*from, source, s, inDir, error);
+        if (paths)
+          ckpt = Checkpoint::openFiles(*paths, error);
+      }
       if (!ckpt)
         return fail(error);
     }
@@ -727,7 +824,10 @@ int main(int argc, char **argv) {
   // A dry run checks what the run does, then prints instead of writing.
   if (dryRun) {
     for (int64_t r : todo) {
+      // A rank at the top of the checkpoint is named by its files.
       std::string dir = toName == "hf" ? "." : to->rankDir(target, r);
+      if (dir.empty())
+        dir = to->rankFile(target, r);
       for (const RankTensor &t : to->rankTensors(target, r)) {
         std::string shape;
         for (int64_t d : t.shape)
@@ -749,15 +849,22 @@ int main(int argc, char **argv) {
       quiet ? ProgressMode::None : *parseProgressMode(progressName, isatty(2)),
       stderr, progressInterval);
   ConvertProgress last;
+  OutputFiles output =
+      planOutputFiles(*to, target, todo, layout.rankRoot, toName == "hf",
+                      maxShard, layout.rankFile);
   std::vector<std::string> files;
-  for (int64_t r : todo) {
-    std::string dir = toName == "hf" ? outDir
-                                     : layout.rankRoot + "/" + to->rankDir(target, r);
+  if (adapters) {
+    output.dirs = {outDir};
+    for (int64_t r : adaptersToHf ? std::vector<int64_t>{0} : todo) {
+      std::string dir =
+          adaptersToHf ? outDir : outDir + "/" + to->rankDir(target, r);
+      output.dirs.push_back(dir);
+      files.push_back(dir + "/adapter_model.safetensors");
+    }
+  }
+  for (const std::string &dir : output.dirs)
     if (!makeDir(dir, cleanup, error))
       return fail(error);
-    files.push_back(dir + "/" +
-                    (adapters ? "adapter_model.safetensors" : layout.rankFile));
-  }
   auto progress = [&](const ConvertProgress &p) {
     last = p;
     reporter.update(p);
@@ -768,43 +875,72 @@ int main(int argc, char **argv) {
     // HF-PEFT names its adapters after the wrapped model.
     for (size_t i = 0; i < files.size(); ++i) {
       if (!writeAdapters(adapterOutputs[i],
-                         toName == "hf" ? "base_model.model." : "", files[i],
-                         error))
+                         adaptersToHf ? "base_model.model." : "", files[i],
+                         error, adaptersToHf ? FactorNames() : targetNames))
         return fail(error);
       cleanup.files.push_back(files[i]);
     }
-    // The PEFT configuration travels with the adapters.
+    // The PEFT configuration, with every module's scale alpha / r kept.
     std::string peft;
     if (readFile(inDir + "/adapter_config.json", peft)) {
+      json::ParseError perr;
+      std::optional<json::Value> sourceConfig = json::parse(peft, perr);
+      if (!sourceConfig)
+        return fail(inDir + "/adapter_config.json: invalid JSON");
+      // The modules of every rank written (pipeline stages differ).
+      Adapters modules;
+      for (const Adapters &rank : adapterOutputs)
+        modules.insert(rank.begin(), rank.end());
+      std::optional<json::Value> config =
+          adapterConfig(*sourceConfig, modules, error);
+      if (!config)
+        return fail(error);
       bool existed = exists(outDir + "/adapter_config.json");
-      if (!writeFile(outDir + "/adapter_config.json", peft, error))
+      if (!writeFile(outDir + "/adapter_config.json",
+                     json::write(*config, 2) + "\n", error))
         return fail(error);
       if (!existed)
         cleanup.files.push_back(outDir + "/adapter_config.json");
     }
   } else {
-    bool done = converter.writeRanks(
-        todo, files, error, progress,
-        [&](size_t i) { cleanup.files.push_back(files[i]); },
-        [&](size_t) { return makeRankWriter(layout, target); });
+    bool done = converter.writeFiles(
+        output.files, error, progress,
+        [&](size_t i) { cleanup.files.push_back(output.files[i].path); },
+        [&](size_t i) {
+          return makeRankWriter(output.files[i].path, layout, target);
+        });
     if (!done) {
       reporter.finish(last, error);
       return fail(error);
     }
   }
+  // What is not a weight travels with the weights.
+  if (!carryFiles(inDir, outDir,
+                  {"config.json", "plan.json", "adapter_config.json"},
+                  cleanup.files, error))
+    return fail(error);
 
   // config.json and plan.json describe what was written.
   std::string configText;
   readFile(configPath, configText);
-  // A target that holds FP8 weights dequantized is a checkpoint of the
-  // dequantized model: its config describes no quantization.
-  const std::vector<TensorSpec> &targetTensors = to->layout().tensors;
-  if (std::any_of(targetTensors.begin(), targetTensors.end(),
-                  [](const TensorSpec &t) { return t.dequantized; })) {
-    json::ParseError perr;
-    std::optional<json::Value> parsed = json::parse(configText, perr);
-    if (parsed && parsed->erase("quantization_config"))
-      configText = json::write(*parsed, 2) + "\n";
+  json::ParseError perr;
+  std::optional<json::Value> outConfig = json::parse(configText, perr);
+  if (outConfig) {
+    bool changed = !configKeys.empty();
+    // The overrides and the dtype hold in the output's config.
+    for (const auto &[k, v] : configKeys)
+      setConfigKey(*outConfig, k, v);
+    if (castTo)
+      setConfigKey(*outConfig, "dtype", std::string(torchName(*castTo)),
+                   /*create=*/false);
+    // A target that holds FP8 weights dequantized is a checkpoint of the
+    // dequantized model: its config describes no quantization.
+    const std::vector<TensorSpec> &targetTensors = to->layout().tensors;
+    if (std::any_of(targetTensors.begin(), targetTensors.end(),
+                    [](const TensorSpec &t) { return t.dequantized; }))
+      changed |= outConfig->erase("quantization_config");
+    if (changed)
+      configText = json::write(*outConfig, 2) + "\n";
   }
   json::Value plan = json::Value::object();
   plan.set("model", json::Value::string(model));
@@ -814,6 +950,9 @@ int main(int argc, char **argv) {
   plan.set("from", json::Value::string(fromName));
   if (adapters)
     plan.set("adapters", json::Value::boolean(true));
+  if (adapters && !adaptersToHf && namesGiven)
+    plan.set("adapter_names",
+             json::Value::strings({namesGiven->a, namesGiven->b}));
   json::Value choices = json::Value::object();
   for (const auto &[k, v] : targetChoices)
     choices.set(k, json::Value::string(v));
@@ -842,6 +981,8 @@ int main(int argc, char **argv) {
       {outDir + "/plan.json", json::write(plan, 2) + "\n"}};
   if (!layout.tracker.empty())
     tops.emplace_back(layout.tracker, layout.trackerText);
+  if (!output.indexPath.empty() && !adapters)
+    tops.emplace_back(output.indexPath, output.indexText);
   for (const auto &[path, text] : tops) {
     bool existed = exists(path);
     if (!writeFile(path, text, error))

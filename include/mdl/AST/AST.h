@@ -251,6 +251,7 @@ public:
   enum Kind {
     Config,
     Example,
+    Serves,
     Let,
     Require,
     DTypeDefault,
@@ -312,6 +313,17 @@ struct DeployMember : Member {
   Ident backend;
   std::vector<Axis> axes;
   static bool classof(const Member *m) { return m->getKind() == Deploy; }
+};
+
+/// `serves model_type "qwen3";`: the config.json `architectures` or
+/// `model_type` values a model serves.
+struct ServesMember : Member {
+  ServesMember(Ident key, std::vector<std::pair<std::string, SMRange>> values,
+               SMRange r)
+      : Member(Serves, r), key(std::move(key)), values(std::move(values)) {}
+  Ident key;
+  std::vector<std::pair<std::string, SMRange>> values;
+  static bool classof(const Member *m) { return m->getKind() == Serves; }
 };
 
 struct LetMember : Member {

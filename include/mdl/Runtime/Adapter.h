@@ -46,15 +46,35 @@ struct Adapter {
 /// Adapters by module name (the weight tensor's name without `.weight`).
 using Adapters = std::map<std::string, Adapter>;
 
-/// Reads adapters from a safetensors file: `<module>.lora_A.weight` and
-/// `<module>.lora_B.weight`, with any `base_model.model.` prefix (HF-PEFT)
-/// removed.
+/// The names of an adapter's two factors: PEFT's `lora_A` and `lora_B` by
+/// default (Megatron-Bridge: `adapter.linear_in`, `adapter.linear_out`).
+struct FactorNames {
+  std::string a = "lora_A", b = "lora_B";
+};
+
+/// Reads adapters from a safetensors file: `<module>.<a>.weight` and
+/// `<module>.<b>.weight` for the factor names `names`, with any
+/// `base_model.model.` prefix (HF-PEFT) removed.
 std::optional<Adapters> readAdapters(const SafetensorsFile &file,
-                                     std::string &error);
+                                     std::string &error,
+                                     const FactorNames &names = {});
 /// Writes adapters, each name prefixed with `prefix` (`base_model.model.`
-/// for HF-PEFT).
+/// for HF-PEFT), their factors named `names`.
 bool writeAdapters(const Adapters &adapters, const std::string &prefix,
-                   const std::string &path, std::string &error);
+                   const std::string &path, std::string &error,
+                   const FactorNames &names = {});
+
+/// PEFT's adapter_config.json for `adapters` (those of one rank), from the
+/// source's `source`: the same settings, target_modules the last names of
+/// the modules, and `r` and `lora_alpha` such that every module's scale
+/// (lora_alpha / r, or / sqrt(r) with use_rslora) is the source's. A module
+/// of another rank (a fused one stacks its sources' ranks) gets its rank
+/// in rank_pattern and its alpha in alpha_pattern, keyed by its last name
+/// when every module of that name has that rank, else by its full name.
+/// Fails when the source's modules have different scales.
+std::optional<json::Value> adapterConfig(const json::Value &source,
+                                         const Adapters &adapters,
+                                         std::string &error);
 
 /// The adapters of rank `rank` of `backend` from adapters of `hf`'s
 /// modules.

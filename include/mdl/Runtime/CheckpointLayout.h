@@ -35,7 +35,8 @@ struct OutputLayout {
   /// The directory holding the rank directories (`out`, or
   /// `out/release`, `out/iter_0000100`).
   std::string rankRoot;
-  /// The file in each rank directory.
+  /// The file in each rank directory when it is not the backend's
+  /// (`model.safetensors` for `--format safetensors`), or "".
   std::string rankFile;
   /// The tracker file to write (its path), or "", and what it holds.
   std::string tracker, trackerText;
@@ -48,11 +49,12 @@ struct OutputLayout {
 OutputLayout outputLayout(const Binding &to, const std::string &out,
                           bool safetensors, int64_t iteration);
 
-/// The writer of a rank file of `layout` for `config`: a
+/// The writer of the rank file `path` of `layout` for `config`: a
 /// TorchCheckpointWriter for `.pt` files (state dict `model`, or `model0`,
 /// `model1`, ... with vpp > 1, `checkpoint_version` and `iteration`, as
 /// Megatron saves them), else a SafetensorsWriter.
-std::unique_ptr<TensorFileWriter> makeRankWriter(const OutputLayout &layout,
+std::unique_ptr<TensorFileWriter> makeRankWriter(const std::string &path,
+                                                 const OutputLayout &layout,
                                                  const ParallelConfig &config);
 
 /// The rank files of a backend checkpoint.

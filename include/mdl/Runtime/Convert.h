@@ -90,6 +90,19 @@ public:
   /// by some ranks only): each parameter is read from those among them
   /// that hold it. Call before addSource().
   void restrictSources(const std::set<int64_t> &ranks);
+  /// A file to write: the tensors of target rank `rank` named in `tensors`
+  /// (all of them when it is empty), in the rank's order.
+  struct TargetFile {
+    int64_t rank = 0;
+    std::string path;
+    std::vector<std::string> tensors;
+  };
+  /// Writes every file of `files` as writeRanks() does.
+  bool writeFiles(const std::vector<TargetFile> &files, std::string &error,
+                  const std::function<void(const ConvertProgress &)>
+                      &progress = nullptr,
+                  const std::function<void(size_t)> &written = nullptr,
+                  const WriterFactory &makeWriter = nullptr);
 
 private:
   struct View {

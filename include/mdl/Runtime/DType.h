@@ -33,6 +33,8 @@ enum class DType {
 std::string_view safetensorsName(DType t);
 /// The short spelling used in specs: "bf16", "f32", "f8e4m3", ...
 std::string_view specName(DType t);
+/// The torch spelling, as config.json's torch_dtype: "bfloat16", ...
+std::string_view torchName(DType t);
 size_t byteSize(DType t);
 bool isFloat(DType t);
 

@@ -46,6 +46,12 @@ const std::vector<const Generated *> &registry();
 const Generated *findGenerated(const std::string &model,
                                const std::string &backend);
 
+/// The model whose spec serves `config`: its `model_type` or one of its
+/// `architectures` is one the spec declares (`serves`), and when several
+/// do, the one that matches both. Null, with `error` naming what the config
+/// holds and what the compiled-in specs serve, unless there is exactly one.
+const ModelDecl *servingModel(const HFConfig &config, std::string &error);
+
 struct LoadOptions {
   /// `key=value` overrides of the config (`mtp_num_hidden_layers=0`).
   std::vector<std::pair<std::string, std::string>> overrides;
@@ -86,10 +92,11 @@ public:
   /// The directory a rank's checkpoint goes to: the backend's `rank_dir`,
   /// or `rank_TT`.
   std::string rankDir(const ParallelConfig &config, int64_t rank) const;
-  /// The file a rank's checkpoint is in, in its directory: the backend's
+  /// The file of a rank's weights in its directory: the backend's
   /// `rank_file`, or `model.safetensors`. Its extension says the format
-  /// (`.pt`: a torch checkpoint, TorchCheckpoint.h).
-  std::string rankFile() const;
+  /// (`.pt`: a torch checkpoint, TorchCheckpoint.h); `{part}` in it
+  /// numbers the parts of a rank split at a maximum size.
+  std::string rankFile(const ParallelConfig &config, int64_t rank) const;
   /// The backend's `tracker_file` (Megatron's
   /// `latest_checkpointed_iteration.txt`), or "" when its checkpoints have
   /// none: then the rank directories are at the top of a checkpoint,
@@ -97,6 +104,9 @@ public:
   std::string trackerFile() const;
   /// Whether rank `rank` saves a file: the backend's `rank_saved`, or true.
   bool rankSaved(const ParallelConfig &config, int64_t rank) const;
+  /// The backend whose layout adapters for this one are kept in: the
+  /// backend's `adapter_backend`, or its own name.
+  std::string adapterBackend() const;
   /// The path each module that needs a device capability takes here.
   std::vector<KernelPath> kernelPaths() const {
     return rt::kernelPaths(bound.layout);

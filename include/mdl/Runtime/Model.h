@@ -208,11 +208,15 @@ struct BackendDecl {
   std::vector<MeshAxis> mesh;
   Expr vocabMultiple = nullptr;
   Expr rankDir = nullptr;
-  /// Checkpoints: the file in each rank's directory, the tracker file that
-  /// names the saved iteration, and whether a rank saves a file at all.
+  /// Checkpoints: the file of a rank's weights in its rank_dir (`{part}`
+  /// in it numbers the parts of a rank split at a maximum size), the
+  /// tracker file that names the saved iteration, and whether a rank saves
+  /// a file at all.
   Expr rankFile = nullptr;
   Expr trackerFile = nullptr;
   Expr rankSaved = nullptr;
+  /// The backend whose layout LoRA adapters for this one are kept in.
+  Expr adapterBackend = nullptr;
   Expr blockScaleSuffix = nullptr;
   std::vector<RequireDecl> requirements;
   std::vector<std::pair<std::string, Expr>> capabilities;
@@ -223,6 +227,8 @@ struct BackendDecl {
 
 struct ModelDecl {
   std::string name, spec;
+  /// The config.json `architectures` and `model_type` values it serves.
+  std::vector<std::string> architectures, modelTypes;
   /// The model first.
   std::vector<ModuleDecl> modules;
   const ModuleDecl *find(const std::string &module) const;
@@ -242,6 +248,10 @@ public:
   /// `.key`; value is JSON, or else a string.
   void addOverride(const std::string &key, const std::string &value);
   const json::Value *lookup(std::string_view path) const;
+  /// Whether override `key` applies to dotted path `path`.
+  static bool keyMatches(std::string_view path, std::string_view key);
+  /// An override's value: JSON, or else a string.
+  static json::Value overrideValue(const std::string &value);
   const std::string &path() const { return filePath; }
 
 private:

@@ -260,6 +260,11 @@ public:
   /// data is mapped (data() returns null).
   static std::unique_ptr<Checkpoint>
   open(const std::string &path, std::string &error, bool headersOnly = false);
+  /// Opens the safetensors files `paths` as one checkpoint (names unique
+  /// across them).
+  static std::unique_ptr<Checkpoint>
+  openFiles(const std::vector<std::string> &paths, std::string &error,
+            bool headersOnly = false);
 
   const std::vector<std::unique_ptr<Shard>> &shards() const {
     return shardList;

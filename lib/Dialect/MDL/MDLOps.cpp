@@ -238,6 +238,8 @@ LogicalResult ModuleDeclOp::verify() {
   }
   if (getExamples() && !model)
     return emitOpError("only a model has examples");
+  if ((getArchitectures() || getModelTypes()) && !model)
+    return emitOpError("only a model serves architectures or model types");
   return success();
 }
 

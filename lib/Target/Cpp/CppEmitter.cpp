@@ -718,6 +718,8 @@ void Emitter::emitBackend(BackendOp b, StringRef var, raw_ostream &os) {
         os << "  b.trackerFile = " << letFn(l) << ";\n";
       else if (l.getSymName() == "rank_saved")
         os << "  b.rankSaved = " << letFn(l) << ";\n";
+      else if (l.getSymName() == "adapter_backend")
+        os << "  b.adapterBackend = " << letFn(l) << ";\n";
       else if (l.getSymName() == "block_scale_suffix")
         os << "  b.blockScaleSuffix = " << letFn(l) << ";\n";
     } else if (auto r = dyn_cast<RequireOp>(op)) {
@@ -770,6 +772,15 @@ LogicalResult Emitter::run(raw_ostream &header, raw_ostream &source) {
   os << "static ModelDecl buildModel() {\n  ModelDecl d;\n";
   os << "  d.name = " << quote(modelName) << ";\n";
   os << "  d.spec = " << quote(options.specName) << ";\n";
+  for (auto [field, values] :
+       {std::pair{"architectures", model.getArchitectures()},
+        std::pair{"modelTypes", model.getModelTypes()}})
+    if (values) {
+      std::vector<std::string> strings;
+      for (Attribute a : *values)
+        strings.push_back(cast<StringAttr>(a).str());
+      os << "  d." << field << " = " << stringList(strings) << ";\n";
+    }
   for (ModuleDeclOp m : reachableModules())
     emitModule(m, os);
   os << "  return d;\n}\n\n";

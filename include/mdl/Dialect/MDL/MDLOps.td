@@ -28,10 +28,13 @@ def MDL_ModuleDeclOp : MDL_ContainerOp<"module", [Symbol, SymbolTable,
   let description = [{
     A module declares inputs, dimensions, parameters, linears and instances
     of other modules. A model (`model` set) is a root module with a config;
-    `examples` lists HF config files it is checked with.
+    `examples` lists HF config files it is checked with; `architectures`
+    and `model_types` the config.json values it serves.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, UnitAttr:$model,
-                       OptionalAttr<StrArrayAttr>:$examples);
+                       OptionalAttr<StrArrayAttr>:$examples,
+                       OptionalAttr<StrArrayAttr>:$architectures,
+                       OptionalAttr<StrArrayAttr>:$model_types);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "(`model` $model^)? $sym_name attr-dict-with-keyword $body";
   let hasVerifier = 1;

@@ -43,7 +43,7 @@ def main():
     checked, bad = 0, []
     for line in subprocess.run([convert, "--list"], capture_output=True,
                                text=True).stdout.splitlines():
-        model, backend, spec = line.split("\t")
+        model, backend, spec = line.split("\t")[:3]
         if backend == "hf":
             continue
         hf = os.path.join(work, model)
