@@ -82,6 +82,14 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
   return checks;
 }
 
+std::vector<std::string> mdl::checksOfPass(llvm::StringRef pass) {
+  std::vector<std::string> ids;
+  for (const CheckInfo &c : allChecks())
+    if (pass == c.pass)
+      ids.push_back(c.id);
+  return ids;
+}
+
 std::string CheckOptions::key() const {
   std::string k = hfConfig + "|" + grid + "|" + checkpoint.path + "|" +
                   checkpointBackend;
@@ -743,7 +751,6 @@ void CheckSession::checkBinding(
     if (!seen.insert(cfg).second)
       continue;
     ++sum.configs;
-    ++checkedTriples;
     rt::Planner planner(layout, point);
     if (!planner.valid()) {
       sum.invalid.push_back({cfg, planner.invalidReasons()});

@@ -2,6 +2,7 @@
 
 #include "mdl/Evaluate/Checkpoint.h"
 
+#include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Safetensors.h"
 
@@ -19,13 +20,6 @@ using namespace mdl;
 
 static llvm::Error fail(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
-
-static std::string shapeText(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 /// Parses `[d0,d1,...]`.

@@ -1,6 +1,7 @@
 //===- Convert.cpp - Moving weights between layouts -----------------------===//
 
 #include "mdl/Runtime/Convert.h"
+#include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Host.h"
 #include "mdl/Runtime/RankRecord.h"
 
@@ -416,13 +417,6 @@ void Converter::restrictSources(const std::set<int64_t> &ranks) {
           h.push_back(r);
       }
     }
-}
-
-static std::string shapeText(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,

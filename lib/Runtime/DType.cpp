@@ -58,3 +58,14 @@ std::optional<DType> mdl::parseDType(std::string_view name) {
     return DType::F64;
   return std::nullopt;
 }
+
+std::string mdl::shapeText(const std::vector<int64_t> &shape,
+                           std::string_view separator) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i)
+      out += separator;
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}

@@ -121,22 +121,6 @@ std::vector<int> mdl::rt::tensorParams(const TensorSpec &t) {
   return out;
 }
 
-std::vector<std::string> mdl::rt::familyAtoms(const TensorSpec &t) {
-  std::vector<std::string> out;
-  for (const NameSegment &s : t.name)
-    if (s.kind == NameSegment::Family &&
-        std::find(out.begin(), out.end(), s.atom) == out.end())
-      out.push_back(s.atom);
-  return out;
-}
-
-DType mdl::rt::storedDType(const ModelLayout &m, const TensorSpec &t) {
-  if (t.stored)
-    return *t.stored;
-  std::vector<int> params = tensorParams(t);
-  return params.empty() ? DType::BF16 : m.params[params.front()].dtype;
-}
-
 int64_t mdl::rt::viewAxisSize(
     const TensorSpec::ViewAxis &v,
     const std::function<int64_t(const std::string &)> &extent) {

@@ -1,5 +1,6 @@
 //===- Safetensors.cpp - Reading and writing safetensors files ------------===//
 
+#include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Safetensors.h"
 #include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Json.h"
@@ -57,13 +58,6 @@ std::string printable(const std::string &message) {
 std::string nameText(std::string_view name) {
   std::string q = json::quote(name);
   return "'" + printable(q.substr(1, q.size() - 2)) + "'";
-}
-
-std::string shapeText(const std::vector<int64_t> &shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 std::string rangeText(uint64_t begin, uint64_t end) {

@@ -165,13 +165,3 @@ mdl::loadProgram(const std::vector<std::string> &paths,
     return nullptr;
   return program;
 }
-
-std::vector<const ast::ModuleDecl *> Program::mainModels() const {
-  std::vector<const ast::ModuleDecl *> models;
-  for (const ast::File *f : mainFiles)
-    for (const ast::DeclPtr &d : f->decls)
-      if (auto *m = llvm::dyn_cast<ast::ModuleDecl>(d.get()))
-        if (m->isModel)
-          models.push_back(m);
-  return models;
-}

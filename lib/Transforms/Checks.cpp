@@ -28,19 +28,19 @@ using namespace mdl;
 
 namespace {
 
-/// The body every check pass shares: `ids` are the checks it reports.
+/// The body every check pass shares: `ids` are the checks it reports, those
+/// the registry (allChecks) gives to the pass's argument.
 template <typename Base>
 struct CheckPassImpl : public Base {
   /// With a session shared by a pipeline of checks, findings do not fail
   /// the pass, so that every check reports; the caller reads the verdict
   /// from the session.
-  CheckPassImpl(std::vector<std::string> ids,
-                std::shared_ptr<CheckSession> session = nullptr)
-      : ids(std::move(ids)), session(std::move(session)),
-        findingsFail(!this->session) {}
+  CheckPassImpl(std::shared_ptr<CheckSession> session = nullptr)
+      : ids(checksOfPass(Base::getArgumentName())),
+        session(std::move(session)), findingsFail(!this->session) {}
   template <typename Options>
-  CheckPassImpl(std::vector<std::string> ids, const Options &options)
-      : Base(options), ids(std::move(ids)) {}
+  CheckPassImpl(const Options &options)
+      : Base(options), ids(checksOfPass(Base::getArgumentName())) {}
   CheckPassImpl(const CheckPassImpl &other)
       : Base(other), ids(other.ids), session(other.session),
         findingsFail(other.findingsFail) {}
@@ -97,27 +97,21 @@ struct CheckPassImpl : public Base {
   bool findingsFail = true;
 };
 
-#define MDL_CHECK_PASS(Name, ...)                                            \
-  struct Name##Pass                                                          \
-      : CheckPassImpl<mdl::impl::Name##Base<Name##Pass>> {                   \
-    Name##Pass(std::shared_ptr<CheckSession> s = nullptr)                    \
-        : CheckPassImpl({__VA_ARGS__}, std::move(s)) {}                      \
-    Name##Pass(const mdl::Name##Options &o)                                  \
-        : CheckPassImpl({__VA_ARGS__}, o) {}                                 \
+#define MDL_CHECK_PASS(Name)                                                 \
+  struct Name##Pass : CheckPassImpl<mdl::impl::Name##Base<Name##Pass>> {      \
+    using CheckPassImpl::CheckPassImpl;                                      \
   };
 
-MDL_CHECK_PASS(CheckCoverage, "coverage", "placement", "duplicate-name",
-               "unplaced")
-MDL_CHECK_PASS(CheckShapes, "shape", "fused-parts")
-MDL_CHECK_PASS(CheckReinterpret, "reinterpret")
-MDL_CHECK_PASS(CheckFusedSplit, "fused-split")
-MDL_CHECK_PASS(CheckParallel, "parallel", "deploy")
-MDL_CHECK_PASS(CheckStackDepth, "stack-depth")
-MDL_CHECK_PASS(CheckTiedVocab, "tied-head", "vocab-padding")
-MDL_CHECK_PASS(CheckCapabilities, "capability")
-MDL_CHECK_PASS(CheckDerived, "derived")
-MDL_CHECK_PASS(CheckCheckpoint, "checkpoint-missing", "checkpoint-unexpected",
-               "checkpoint-shape", "checkpoint-dtype", "checkpoint-config")
+MDL_CHECK_PASS(CheckCoverage)
+MDL_CHECK_PASS(CheckShapes)
+MDL_CHECK_PASS(CheckReinterpret)
+MDL_CHECK_PASS(CheckFusedSplit)
+MDL_CHECK_PASS(CheckParallel)
+MDL_CHECK_PASS(CheckStackDepth)
+MDL_CHECK_PASS(CheckTiedVocab)
+MDL_CHECK_PASS(CheckCapabilities)
+MDL_CHECK_PASS(CheckDerived)
+MDL_CHECK_PASS(CheckCheckpoint)
 
 } // namespace
 

@@ -66,7 +66,7 @@ std::string didYouMeanOption(const std::string &option) {
       "--first-stage-layers", "--last-stage-layers", "--rank", "--hf-index",
       "--hf-dir", "--hf-inventory", "--format", "--lora-rank", "--depfile",
       "--diagnostics-format", "--diagnostics-file", "--tensor", "--verbose",
-      "--verify-diagnostics", "--version", "--help"};
+      "--verify-diagnostics", "--list-checks", "--version", "--help"};
   std::vector<std::string> close = cli::closestNames(option, known);
   return close.empty() ? "" : "; did you mean '" + close.front() + "'?";
 }
@@ -98,6 +98,12 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
     }
     if (a == "--version") {
       llvm::outs() << cli::versionLine("mdlc") << "\n";
+      return 0;
+    }
+    if (a == "--list-checks") {
+      for (const CheckInfo &c : allChecks())
+        llvm::outs() << c.id << "\t" << (*c.pass ? c.pass : "-") << "\t"
+                     << c.guards << "\n";
       return 0;
     }
     if (a.rfind("-emit=", 0) == 0 || a.rfind("--emit=", 0) == 0) {

@@ -4,19 +4,13 @@
 
 #include "mdl/Evaluate/Bind.h"
 #include "mdl/Runtime/Adapter.h"
+#include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Lora.h"
 
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mdl;
-
-static std::string shapeText(const std::vector<int64_t> &s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 int mdl::runLora(const Options &options, mlir::ModuleOp top,
                  mlir::MLIRContext &context) {
@@ -89,9 +83,9 @@ int mdl::runLora(const Options &options, mlir::ModuleOp top,
   for (const rt::LoraTarget &t : table) {
     llvm::outs() << t.module << ": " << t.role << " " << t.baseClass << " ("
                  << t.sizes << " sizes in " << t.inFeatures << ", out "
-                 << t.outFeatures << "), lora_A " << shapeText(t.loraA)
-                 << ", lora_B " << shapeText(t.loraB) << ", delta "
-                 << shapeText(t.delta) << ", sharded " << t.sharded
+                 << t.outFeatures << "), lora_A " << shapeText(t.loraA, ", ")
+                 << ", lora_B " << shapeText(t.loraB, ", ") << ", delta "
+                 << shapeText(t.delta, ", ") << ", sharded " << t.sharded
                  << ", returns " << t.returns;
     // A row-parallel base that scatters its own input needs the adapter's
     // input scattered the same way.

@@ -12,6 +12,7 @@
 #include "PlanPicture.h"
 
 #include "mdl/Evaluate/Bind.h"
+#include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Plan.h"
 
@@ -23,13 +24,6 @@
 using namespace mdl;
 
 namespace {
-
-std::string shapeText(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 std::string boxText(const rt::ModelLayout &m, const rt::Piece &p) {
   const rt::Param &param = m.params[p.param];
@@ -211,7 +205,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
         jtensors->push(std::move(jt));
         continue;
       }
-      llvm::outs() << "  " << name << " " << shapeText(lt.shape) << " "
+      llvm::outs() << "  " << name << " " << shapeText(lt.shape, ", ") << " "
                    << safetensorsName(lt.dtype);
       if (options.parallel.vpp > 1)
         llvm::outs() << " (chunk " << ctx.chunk << ")";

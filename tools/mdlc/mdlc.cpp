@@ -167,6 +167,8 @@ Options:
                       write json or sarif diagnostics to FILE, not stderr
   --verify-diagnostics
                       check the diagnostics against expected-* comments
+  --list-checks       the check IDs: id, the pass reporting it, what it
+                      guards
   --version, --help
 )";
 

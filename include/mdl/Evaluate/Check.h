@@ -86,7 +86,6 @@ public:
     std::string note;
   };
   const std::vector<Summary> &summaries() const { return sums; }
-  size_t triples() const { return checkedTriples; }
 
   const CheckOptions &options() const { return opts; }
 
@@ -122,7 +121,6 @@ private:
   std::map<std::tuple<std::string, std::string, mlir::Operation *>, size_t>
       index;
   std::vector<Summary> sums;
-  size_t checkedTriples = 0;
   /// Instantiations and bindings stay alive: findings point into their IR.
   std::vector<std::unique_ptr<HFConfig>> configs;
   std::vector<std::unique_ptr<Instantiation>> insts;
@@ -130,13 +128,18 @@ private:
   std::optional<CheckpointContents> checkpoint;
 };
 
-/// The check IDs and what each guards, for `--help` and docs.
+/// The registry of check IDs: the pass that reports each (empty for the
+/// checks the session reports before any pass runs) and what it guards.
+/// The check passes, `mdlc check --list-checks` and the test of
+/// docs/checks.md all read it.
 struct CheckInfo {
   const char *id;
   const char *pass;
   const char *guards;
 };
 llvm::ArrayRef<CheckInfo> allChecks();
+/// The IDs the pass with argument `pass` reports.
+std::vector<std::string> checksOfPass(llvm::StringRef pass);
 
 } // namespace mdl
 

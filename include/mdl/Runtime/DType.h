@@ -1,7 +1,8 @@
-//===- DType.h - Element types of checkpoint tensors -----------*- C++ -*-===//
+//===- DType.h - Element types and shapes of tensors -----------*- C++ -*-===//
 //
 // Shared by the compiler and the runtime (plain C++17, no LLVM): the dtypes
-// a spec may name and their safetensors spellings and sizes.
+// a spec may name and their safetensors spellings and sizes, and the text
+// of a shape.
 //
 //===----------------------------------------------------------------------===//
 
@@ -9,8 +10,11 @@
 #define MDL_RUNTIME_DTYPE_H
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace mdl {
 
@@ -36,6 +40,10 @@ std::string_view specName(DType t);
 /// The torch spelling, as config.json's torch_dtype: "bfloat16", ...
 std::string_view torchName(DType t);
 size_t byteSize(DType t);
+/// A shape as messages and JSON write it, `[d0,d1]`; with `separator`
+/// ", " as listings show it, `[d0, d1]`.
+std::string shapeText(const std::vector<int64_t> &shape,
+                      std::string_view separator = ",");
 bool isFloat(DType t);
 
 /// Accepts the spec spelling ("bf16"), the safetensors one ("BF16") and

@@ -273,12 +273,6 @@ WeightSides weightSides(const Param &w);
 std::string blockAtomName(const std::vector<std::string> &atoms,
                           int64_t block);
 
-/// The atoms a tensor's name is indexed by.
-std::vector<std::string> familyAtoms(const TensorSpec &t);
-
-/// The dtype a tensor is stored in.
-DType storedDType(const ModelLayout &m, const TensorSpec &t);
-
 /// One concrete tensor of a rank: its name, stored shape and dtype.
 /// Families are expanded, one entry per index.
 struct TensorListing {

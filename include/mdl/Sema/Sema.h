@@ -73,8 +73,6 @@ struct Program {
   const ModuleScope &scope(const ast::ModuleDecl *m) const {
     return scopes.find(m)->second;
   }
-  /// The models declared in the main files, in order.
-  std::vector<const ast::ModuleDecl *> mainModels() const;
 };
 
 struct LoadOptions {
