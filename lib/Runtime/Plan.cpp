@@ -147,10 +147,6 @@ std::string generalize(const std::string &path) {
   return out;
 }
 
-const char *axisName(MeshAxis a) {
-  return kMeshAxisNames[static_cast<size_t>(a)].data();
-}
-
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -229,11 +225,11 @@ void Planner::validate() {
     auto axis = static_cast<MeshAxis>(i);
     int64_t n = cfg.size(axis);
     if (n < 1) {
-      add(std::string(axisName(axis)) + " must be at least 1");
+      add(std::string(meshAxisName(axis)) + " must be at least 1");
       return;
     }
     if (n > 1 && std::find(m.mesh.begin(), m.mesh.end(), axis) == m.mesh.end())
-      add("backend " + m.backend + " has no " + axisName(axis) + " axis");
+      add("backend " + m.backend + " has no " + std::string(meshAxisName(axis)) + " axis");
   }
   if (cfg.vpp < 1) {
     add("vpp must be at least 1");
@@ -287,7 +283,7 @@ void Planner::validate() {
         r.ok = false, r.why = s.indivisible;
       if (r.ok)
         continue;
-      std::string key = std::string(axisName(s.axis)) + "=" +
+      std::string key = std::string(meshAxisName(s.axis)) + "=" +
                         std::to_string(n) + " cannot split " +
                         generalize(s.why) + ": " + r.why;
       if (!splitReasons.count(key))
@@ -807,7 +803,7 @@ void checkSplit(const Planner &planner, const LocalTensor &lt,
         {"fused-split",
          "an even split of axis " + std::to_string(*t.splitAxis) +
              " of tensor '" + name + "' by " +
-             kMeshAxisNames[size_t(t.splitBy)].data() +
+             meshAxisName(t.splitBy).data() +
              " cuts across its parts (" + parts +
              "); split each part on its own, as the rank's view does",
          t.source});
@@ -829,7 +825,7 @@ void checkSplit(const Planner &planner, const LocalTensor &lt,
           {"fused-split",
            "an even split of axis " + std::to_string(*t.splitAxis) +
                " of tensor '" + name + "' is not how " +
-               kMeshAxisNames[size_t(t.splitBy)].data() + " splits " + p.path,
+               meshAxisName(t.splitBy).data() + " splits " + p.path,
            t.source});
   }
 }

@@ -48,6 +48,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import reference  # noqa: E402
+import roundtrip  # noqa: E402
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
            "down_proj")
@@ -122,12 +123,10 @@ def write_adapters(path, adapters):
             f.write(data[t["name"]])
 
 
-def rank_dir(backend, t, p, e, par):
-    """Megatron's mp_rank_TT[_PPP][_EEE], vLLM's rank_TT."""
-    if backend.startswith("mcore"):
-        return ("mp_rank_%02d" % t + ("_%03d" % p if par["pp"] > 1 else "") +
-                ("_%03d" % e if par["ep"] > 1 else ""))
-    return "rank_%02d" % t
+def rank_dir(t, p, e, par):
+    """Megatron's mp_rank_TT[_PPP][_EEE]."""
+    return ("mp_rank_%02d" % t + ("_%03d" % p if par["pp"] > 1 else "") +
+            ("_%03d" % e if par["ep"] > 1 else ""))
 
 
 def check_rank(ref, tags, r, got, adapters, names, par):
@@ -282,9 +281,10 @@ def main():
         tagged[module + ".weight"] = ("F64", np.full(hf[module + ".weight"][1].shape, i + 1.0))
 
     failures, converted = [], 0
+    meshes = roundtrip.backend_meshes(args.convert)
     for backend in args.backends.split(","):
-        points = ([(tp, pp) for tp in (1, 2, 4) for pp in (1, 2)]
-                  if backend.startswith("mcore") else [(tp, 1) for tp in (1, 2, 4)])
+        points = [(tp, pp) for tp in (1, 2, 4)
+                  for pp in ((1, 2) if "pp" in meshes[backend] else (1,))]
         for tp, pp in points:
             where = "%s tp=%d pp=%d" % (backend, tp, pp)
             par = {"tp": tp, "pp": pp, "ep": 1, "etp": 1, "vpp": 1,
@@ -317,7 +317,7 @@ def main():
             ranks = tp * pp if ref.mcore else tp
             for rank in range(ranks):
                 t, p, e = ref.coords(rank)
-                got = load_adapters(os.path.join(out, rank_dir(backend, t, p, e, par),
+                got = load_adapters(os.path.join(out, rank_dir(t, p, e, par),
                                                  "adapter_model.safetensors"))
                 failures += ["%s: %s" % (where, f) for f in
                              check_rank(ref, tags, rank, got, adapters, names, par)]

@@ -85,6 +85,14 @@ def same(a, b):
     return None
 
 
+def backend_meshes(convert):
+    """Each backend's mesh axes, as `mdl-convert --list` gives them: what a
+    backend splits over is data of its spec, not of its name."""
+    out = subprocess.run([convert, "--list"], capture_output=True, text=True, check=True)
+    return {cols[1]: set(cols[4].split(",")) - {"-"}
+            for cols in (line.split("\t") for line in out.stdout.splitlines())}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mdlc", required=True)
@@ -117,8 +125,13 @@ def main():
     grid = list(itertools.product([1, 2, 4], [1, 2], [1, 2, 4] if moe else [1],
                                   [1, 2] if moe else [1]))
     failures, converted, invalid = [], 0, 0
+    meshes = backend_meshes(args.convert)
     for backend in args.backends.split(","):
-        points = grid if backend.startswith("mcore") else [(tp, 1, 1, 1) for tp in (1, 2, 4)]
+        # The grid over the backend's axes (tp always).
+        points = sorted({(tp, pp if "pp" in meshes[backend] else 1,
+                          ep if "ep" in meshes[backend] else 1,
+                          etp if "etp" in meshes[backend] else 1)
+                         for tp, pp, ep, etp in grid})
         for tp, pp, ep, etp in points:
             where = "%s tp=%d pp=%d ep=%d etp=%d" % (backend, tp, pp, ep, etp)
             out = os.path.join(args.work, "out")

@@ -449,15 +449,18 @@ int main(int argc, char **argv) {
     }
   }
   if (list) {
-    // Each model with the backends it converts between and what it serves.
+    // Each model with the backends it converts between, what it serves and
+    // the backend's mesh axes ("-" for none).
     for (const Generated *g : registry()) {
-      std::string serves;
+      std::string serves, mesh;
       for (const auto *values : {&g->model.modelTypes, &g->model.architectures})
         for (const std::string &s : *values)
           serves += (serves.empty() ? "" : ",") + s;
-      std::printf("%s\t%s\t%s\t%s\n", g->model.name.c_str(),
+      for (MeshAxis axis : g->backend.mesh)
+        mesh += (mesh.empty() ? "" : ",") + std::string(meshAxisName(axis));
+      std::printf("%s\t%s\t%s\t%s\t%s\n", g->model.name.c_str(),
                   g->backend.name.c_str(), g->model.spec.c_str(),
-                  serves.c_str());
+                  serves.c_str(), mesh.empty() ? "-" : mesh.c_str());
     }
     return 0;
   }

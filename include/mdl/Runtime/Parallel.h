@@ -23,6 +23,9 @@ enum class MeshAxis { TP, PP, EP, ETP, CP, DP };
 constexpr std::array<std::string_view, 6> kMeshAxisNames = {
     "tp", "pp", "ep", "etp", "cp", "dp"};
 std::optional<MeshAxis> parseMeshAxis(std::string_view name);
+inline std::string_view meshAxisName(MeshAxis a) {
+  return kMeshAxisNames[static_cast<size_t>(a)];
+}
 
 /// Bounds on what a command line, a grid or a plan.json may ask for, so that
 /// no configuration overflows, exhausts memory or runs for ever: the size
