@@ -51,6 +51,14 @@ if shutil.which("rsvg-convert"):
 else:
     lit_config.note("plan picture rendering test unsupported: rsvg-convert (librsvg2-bin) is not on PATH")
 
+# Conversions spread over an MPI job: mdl-convert built with MPI, and mpirun.
+if config.mdl_have_mpi not in ("ON", "1", "TRUE", "YES"):
+    lit_config.note("MPI test unsupported: mdl-convert was built without MPI (install libopenmpi-dev)")
+elif not shutil.which("mpirun"):
+    lit_config.note("MPI test unsupported: mpirun (openmpi-bin) is not on PATH")
+else:
+    config.available_features.add("mpi")
+
 llvm_config.use_default_substitutions()
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -126,7 +127,10 @@ OutputFiles mdl::rt::planOutputFiles(const Binding &to,
         target.tensors.push_back(tensors[i].name);
         weightMap[tensors[i].name] = name;
         total += sizes[i];
+        target.bytes += sizes[i];
       }
+      if (parts[p].empty()) // the whole rank
+        target.bytes = std::accumulate(sizes.begin(), sizes.end(), uint64_t(0));
       out.files.push_back(std::move(target));
     }
     if (hfLayout && parts.size() > 1) {

@@ -12,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Processes.h"
+
 #include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/CheckpointLayout.h"
 #include "mdl/Runtime/Cli.h"
@@ -23,6 +25,8 @@
 #include "mdl/Runtime/Progress.h"
 #include "mdl/Runtime/Lora.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -33,6 +37,7 @@
 
 using namespace mdl;
 using namespace mdl::rt;
+using mdl::convert::Processes;
 
 namespace {
 
@@ -104,6 +109,13 @@ Options:
   --dry-run           check the source as the conversion does, then print
                       what each target rank would hold (directory, name,
                       shape, dtype) and write nothing
+  --ranks-from-env    convert this process's share of the target's files,
+                      from torchrun's RANK and WORLD_SIZE or SLURM's
+                      SLURM_PROCID and SLURM_NTASKS (as --rank does, each
+                      process on its own). Under mpirun or srun, with MDL
+                      built with MPI, the files are shared out without it
+                      and the processes agree: any failure fails all, and
+                      the output is committed once all succeeded
   --threads N         worker threads (default: the CPUs this process may
                       use, after its affinity mask and cgroup CPU quota)
   --progress=MODE     tty: one line redrawn with the rate and the time
@@ -119,16 +131,40 @@ Options:
   --version           the version of MDL
 )";
 
-int usage(const std::string &message) {
-  std::fprintf(stderr, "mdl-convert: error: %s\n(run 'mdl-convert --help' "
-                       "for usage)\n",
-               message.c_str());
-  return 2;
+/// The processes of this conversion. When they talk to each other, an
+/// error is held until they agree, so that the first is printed once.
+Processes *processes = nullptr;
+std::string heldError;
+/// The failure the processes agreed on at a meeting point.
+std::optional<Processes::Outcome> agreedFailure;
+
+void printError(int code, const std::string &message) {
+  std::fprintf(stderr, "mdl-convert: error: %s\n%s", message.c_str(),
+               code == 2 ? "(run 'mdl-convert --help' for usage)\n" : "");
 }
 
-int fail(const std::string &message) {
-  std::fprintf(stderr, "mdl-convert: error: %s\n", message.c_str());
-  return 1;
+int report(int code, const std::string &message) {
+  if (processes && processes->communicate())
+    heldError = message;
+  else
+    printError(code, message);
+  return code;
+}
+
+int usage(const std::string &message) { return report(2, message); }
+
+int fail(const std::string &message) { return report(1, message); }
+
+/// Whether every process got here without failing (always, for processes
+/// that do not talk to each other).
+bool othersSucceeded() {
+  if (!processes->communicate())
+    return true;
+  Processes::Outcome outcome = processes->agree(0, "");
+  if (outcome.code == 0)
+    return true;
+  agreedFailure = outcome;
+  return false;
 }
 
 bool isDir(const std::string &p) {
@@ -235,16 +271,30 @@ std::optional<std::string> deeperThan(Instance &asked, Instance &has,
   return std::nullopt;
 }
 
+/// What this process created, removed again unless the conversion
+/// succeeded.
 struct Cleanup {
   std::vector<std::string> files, dirs;
   bool armed = true;
-  ~Cleanup() {
-    if (!armed)
-      return;
+  void removeFiles() {
     for (auto it = files.rbegin(); it != files.rend(); ++it)
       std::remove(it->c_str());
+    files.clear();
+  }
+  /// Removes the directories, deepest first; those not empty yet (another
+  /// process's files or directories in them) are kept for another try.
+  void removeDirs() {
+    std::vector<std::string> kept;
     for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
-      rmdir(it->c_str());
+      if (rmdir(it->c_str()) != 0 && errno == ENOTEMPTY)
+        kept.insert(kept.begin(), *it);
+    dirs = std::move(kept);
+  }
+  ~Cleanup() {
+    if (armed) {
+      removeFiles();
+      removeDirs();
+    }
   }
 };
 
@@ -252,6 +302,9 @@ bool makeDir(const std::string &path, Cleanup &cleanup, std::string &error) {
   if (isDir(path))
     return true;
   if (mkdir(path.c_str(), 0755) != 0) {
+    // Another process of the conversion may have made it meanwhile.
+    if (errno == EEXIST && isDir(path))
+      return true;
     error = "cannot create directory '" + path + "': " + std::strerror(errno);
     return false;
   }
@@ -304,9 +357,11 @@ convertAdapters(const Binding &hf, const Binding &from,
   return out;
 }
 
-} // namespace
+std::vector<Converter::TargetFile>
+shareOfFiles(const std::vector<Converter::TargetFile> &files);
 
-int main(int argc, char **argv) {
+
+int convertMain(int argc, char **argv, Cleanup &cleanup) {
   std::string model, fromName, toName;
   std::vector<std::string> positional;
   ParallelConfig target;
@@ -349,6 +404,8 @@ int main(int argc, char **argv) {
       list = true;
     } else if (a == "--quiet") {
       quiet = true;
+    } else if (a == "--ranks-from-env") {
+      // Read by main(), which starts the processes.
     } else if (flag == "--progress") {
       if (!value(v) || !parseProgressMode(v, false))
         return usage("--progress takes tty, log, json, none or auto");
@@ -466,6 +523,13 @@ int main(int argc, char **argv) {
   }
   if (std::optional<std::string> why = target.checkBounds())
     return usage(*why);
+  bool shared = processes->count() > 1;
+  if (shared && onlyRank >= 0)
+    return usage("--rank converts one rank; a conversion spread over "
+                 "processes shares out every rank");
+  // One process speaks for all.
+  if (processes->index() != 0)
+    quiet = true;
   if (fromName.empty() || toName.empty())
     return usage("--from and --to are required");
   if (positional.size() != 2)
@@ -746,12 +810,16 @@ int main(int argc, char **argv) {
     if (written(r))
       todo.push_back(r);
   // Adapters are small: all of them are converted before anything is
-  // written.
+  // written, by the first process when there are several.
   std::unique_ptr<Binding> hfBinding;
   std::vector<Adapters> adapterOutputs;
   // Backends that load HF-PEFT adapters (vLLM) keep them as they are.
   bool adaptersFromHf = from->adapterBackend() == "hf",
        adaptersToHf = to->adapterBackend() == "hf";
+  std::vector<int64_t> adapterRanks =
+      processes->index() != 0 ? std::vector<int64_t>()
+      : adaptersToHf          ? std::vector<int64_t>{0}
+                              : todo;
   FactorNames targetNames = namesGiven ? *namesGiven : FactorNames();
   if (adapters) {
     const Binding *hf = fromName == "hf" ? from.get()
@@ -765,8 +833,7 @@ int main(int argc, char **argv) {
     }
     std::optional<std::vector<Adapters>> converted = convertAdapters(
         *hf, *from, source, adaptersFromHf, sourceNames, *to, target,
-        adaptersToHf, inDir, adaptersToHf ? std::vector<int64_t>{0} : todo,
-        error);
+        adaptersToHf, inDir, adapterRanks, error);
     if (!converted)
       return fail(error);
     adapterOutputs = std::move(*converted);
@@ -790,9 +857,17 @@ int main(int argc, char **argv) {
     }
     converter.restrictSources(present);
   }
+  OutputLayout layout = outputLayout(*to, outDir, safetensorsOut || adapters ||
+                                                     toName == "hf",
+                                     iteration);
+  OutputFiles output =
+      planOutputFiles(*to, target, todo, layout.rankRoot, toName == "hf",
+                      maxShard, layout.rankFile);
+  if (shared && !adapters)
+    output.files = shareOfFiles(output.files);
   if (!adapters)
-    for (int64_t r : todo)
-      for (int64_t s : converter.sourcesOf(r))
+    for (const Converter::TargetFile &f : output.files)
+      for (int64_t s : converter.sourcesOf(f.rank))
         needed.insert(s);
   for (int64_t s : needed) {
     std::shared_ptr<Checkpoint> ckpt = hfInput;
@@ -819,14 +894,15 @@ int main(int argc, char **argv) {
   }
 
   // Outputs: new files only, removed again on any failure.
-  if (onlyRank < 0 && isDir(outDir) && exists(outDir + "/plan.json"))
+  bool likeRank = onlyRank >= 0 || (shared && !processes->communicate());
+  if (!likeRank && isDir(outDir) && exists(outDir + "/plan.json"))
     return fail("'" + outDir + "' already holds a conversion");
   if (!quiet && isatty(2) && !detected.empty())
     std::fprintf(stderr, "detected from the checkpoint: %s\n",
                  detected.c_str());
   // A dry run checks what the run does, then prints instead of writing.
   if (dryRun) {
-    for (int64_t r : todo) {
+    for (int64_t r : processes->index() == 0 ? todo : std::vector<int64_t>()) {
       // A rank at the top of the checkpoint is named by its files.
       std::string dir = toName == "hf" ? "." : to->rankDir(target, r);
       if (dir.empty())
@@ -841,10 +917,9 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
-  Cleanup cleanup;
-  OutputLayout layout = outputLayout(*to, outDir, safetensorsOut || adapters ||
-                                                     toName == "hf",
-                                     iteration);
+  // Nothing is created unless every process got this far.
+  if (!othersSucceeded())
+    return 1;
   if (!makeDir(outDir, cleanup, error) ||
       !makeDir(layout.rankRoot, cleanup, error))
     return fail(error);
@@ -852,21 +927,27 @@ int main(int argc, char **argv) {
       quiet ? ProgressMode::None : *parseProgressMode(progressName, isatty(2)),
       stderr, progressInterval);
   ConvertProgress last;
-  OutputFiles output =
-      planOutputFiles(*to, target, todo, layout.rankRoot, toName == "hf",
-                      maxShard, layout.rankFile);
   std::vector<std::string> files;
   if (adapters) {
     output.dirs = {outDir};
-    for (int64_t r : adaptersToHf ? std::vector<int64_t>{0} : todo) {
+    for (int64_t r : adapterRanks) {
       std::string dir =
           adaptersToHf ? outDir : outDir + "/" + to->rankDir(target, r);
       output.dirs.push_back(dir);
       files.push_back(dir + "/adapter_model.safetensors");
     }
   }
+  // The directories of the files this process writes.
+  auto holdsOwnFile = [&](const std::string &dir) {
+    return !shared || adapters ||
+           std::any_of(output.files.begin(), output.files.end(),
+                       [&](const Converter::TargetFile &f) {
+                         return f.path.compare(0, dir.size() + 1,
+                                               dir + "/") == 0;
+                       });
+  };
   for (const std::string &dir : output.dirs)
-    if (!makeDir(dir, cleanup, error))
+    if (holdsOwnFile(dir) && !makeDir(dir, cleanup, error))
       return fail(error);
   auto progress = [&](const ConvertProgress &p) {
     last = p;
@@ -885,7 +966,8 @@ int main(int argc, char **argv) {
     }
     // The PEFT configuration, with every module's scale alpha / r kept.
     std::string peft;
-    if (readFile(inDir + "/adapter_config.json", peft)) {
+    if (processes->index() == 0 &&
+        readFile(inDir + "/adapter_config.json", peft)) {
       json::ParseError perr;
       std::optional<json::Value> sourceConfig = json::parse(peft, perr);
       if (!sourceConfig)
@@ -917,6 +999,12 @@ int main(int argc, char **argv) {
       return fail(error);
     }
   }
+  // The files every process shares are written once all wrote theirs, by
+  // the first.
+  if (!othersSucceeded())
+    return 1;
+  if (processes->communicate() && processes->index() != 0)
+    return 0;
   // What is not a weight travels with the weights.
   if (!carryFiles(inDir, outDir,
                   {"config.json", "plan.json", "adapter_config.json"},
@@ -993,8 +1081,66 @@ int main(int argc, char **argv) {
     if (!existed)
       cleanup.files.push_back(path);
   }
-  cleanup.armed = false;
   if (!adapters)
     reporter.finish(last);
   return 0;
+}
+
+/// Which of `files` this process writes: its share of them, balanced by
+/// bytes over the processes.
+std::vector<Converter::TargetFile>
+shareOfFiles(const std::vector<Converter::TargetFile> &files) {
+  std::vector<uint64_t> sizes;
+  for (const Converter::TargetFile &f : files)
+    sizes.push_back(f.bytes);
+  std::vector<int64_t> owner =
+      convert::balanceByBytes(sizes, processes->count());
+  std::vector<Converter::TargetFile> mine;
+  for (size_t i = 0; i < files.size(); ++i)
+    if (owner[i] == processes->index())
+      mine.push_back(files[i]);
+  return mine;
+}
+
+/// The exit code every process agrees on; on failure, each removes what it
+/// created and the first process prints the first failure.
+int finish(int code, Cleanup &cleanup) {
+  if (processes->communicate()) {
+    Processes::Outcome outcome =
+        agreedFailure ? *agreedFailure : processes->agree(code, heldError);
+    code = outcome.code;
+    if (code) {
+      cleanup.removeFiles();
+      // Every file is gone before any directory; a directory one process
+      // made may hold another's, so each level waits for the one below
+      // (the output, the rank root, a rank's directory).
+      for (int level = 0; level < 3; ++level) {
+        processes->barrier();
+        cleanup.removeDirs();
+      }
+      if (processes->index() == 0)
+        printError(code, (outcome.process ? "process " +
+                                                std::to_string(outcome.process) +
+                                                ": "
+                                          : "") +
+                             outcome.message);
+    }
+  }
+  cleanup.armed = code != 0;
+  return code;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string error;
+  bool fromEnv = std::any_of(argv + 1, argv + argc, [](const char *a) {
+    return std::strcmp(a, "--ranks-from-env") == 0;
+  });
+  std::unique_ptr<Processes> started = Processes::start(fromEnv, error);
+  if (!started)
+    return usage(error);
+  processes = started.get();
+  Cleanup cleanup;
+  return finish(convertMain(argc, argv, cleanup), cleanup);
 }

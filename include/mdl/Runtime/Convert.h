@@ -96,6 +96,8 @@ public:
     int64_t rank = 0;
     std::string path;
     std::vector<std::string> tensors;
+    /// The bytes of its tensors, to share files out by.
+    uint64_t bytes = 0;
   };
   /// Writes every file of `files` as writeRanks() does.
   bool writeFiles(const std::vector<TargetFile> &files, std::string &error,
