@@ -128,7 +128,7 @@ Options:
                       seconds between log and json lines (default 5)
   --quiet             no progress (--progress=none) and no warnings
   --list              the compiled-in models and backends
-  --version           the version of MDL
+  --version           the version of MDL (", with MPI" when built with it)
 )";
 
 /// The processes of this conversion. When they talk to each other, an
@@ -397,7 +397,9 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
       return 0;
     }
     if (a == "--version") {
-      std::printf("%s\n", cli::versionLine("mdl-convert").c_str());
+      // Whether it can spread a conversion over an MPI job.
+      std::printf("%s%s\n", cli::versionLine("mdl-convert").c_str(),
+                  Processes::haveMPI() ? ", with MPI" : "");
       return 0;
     }
     if (a == "--list") {
