@@ -382,16 +382,9 @@ detectCheckpoint(ModuleDeclOp model, const std::string &configPath,
            std::pair<std::unique_ptr<HFConfig>, std::unique_ptr<Instantiation>>>
       insts;
   auto instFor = [&](const std::vector<size_t> &pick) -> Instantiation * {
-    std::vector<size_t> key;
-    for (size_t i = 0; i < unknowns.size(); ++i)
-      if (unknowns[i].entry)
-        key.push_back(pick[i]);
-    if (llvm::all_of(llvm::zip(unknowns, pick), [](auto up) {
-          return !std::get<0>(up).entry ||
-                 std::get<1>(up) == std::get<0>(up).dflt;
-        }))
+    if (rt::entriesAtDefaults(unknowns, pick))
       return plain.get();
-    auto [it, fresh] = insts.try_emplace(key);
+    auto [it, fresh] = insts.try_emplace(rt::pickedEntries(unknowns, pick));
     auto &[cfg, instance] = it->second;
     if (fresh && (cfg = HFConfig::load(configPath, ctx))) {
       for (size_t i = 0; i < unknowns.size(); ++i)
@@ -401,18 +394,13 @@ detectCheckpoint(ModuleDeclOp model, const std::string &configPath,
     }
     return instance.get();
   };
-  auto choicesFor = [&](const std::vector<size_t> &pick) {
-    std::map<std::string, std::string> out = fixed;
-    for (size_t i = 0; i < unknowns.size(); ++i)
-      if (!unknowns[i].entry)
-        out[unknowns[i].name] = unknowns[i].options[pick[i]];
-    return out;
-  };
   std::optional<rt::Settlement> settled = rt::settle(
       unknowns, [&](const std::vector<size_t> &pick) -> std::optional<rt::Match> {
         Instantiation *inst = instFor(pick);
         std::unique_ptr<BoundModel> bm =
-            inst ? bindModel(*inst, backend, choicesFor(pick)) : nullptr;
+            inst ? bindModel(*inst, backend,
+                             rt::pickedChoices(unknowns, pick, fixed))
+                 : nullptr;
         if (!bm)
           return std::nullopt;
         rt::Match m;
@@ -424,7 +412,7 @@ detectCheckpoint(ModuleDeclOp model, const std::string &configPath,
   if (!settled)
     return std::nullopt;
   Detected d;
-  d.choices = choicesFor(settled->pick);
+  d.choices = rt::pickedChoices(unknowns, settled->pick, fixed);
   for (size_t i = 0; i < unknowns.size(); ++i)
     if (unknowns[i].entry)
       d.values.push_back({unknowns[i].name, unknowns[i].options[settled->pick[i]]});

@@ -60,6 +60,34 @@ std::optional<Settlement> mdl::rt::settle(
   return s;
 }
 
+std::vector<size_t> mdl::rt::pickedEntries(const std::vector<Unknown> &unknowns,
+                                           const std::vector<size_t> &pick) {
+  std::vector<size_t> key;
+  for (size_t i = 0; i < unknowns.size(); ++i)
+    if (unknowns[i].entry)
+      key.push_back(pick[i]);
+  return key;
+}
+
+bool mdl::rt::entriesAtDefaults(const std::vector<Unknown> &unknowns,
+                                const std::vector<size_t> &pick) {
+  for (size_t i = 0; i < unknowns.size(); ++i)
+    if (unknowns[i].entry && pick[i] != unknowns[i].dflt)
+      return false;
+  return true;
+}
+
+std::map<std::string, std::string>
+mdl::rt::pickedChoices(const std::vector<Unknown> &unknowns,
+                       const std::vector<size_t> &pick,
+                       const std::map<std::string, std::string> &fixed) {
+  std::map<std::string, std::string> out = fixed;
+  for (size_t i = 0; i < unknowns.size(); ++i)
+    if (!unknowns[i].entry)
+      out[unknowns[i].name] = unknowns[i].options[pick[i]];
+  return out;
+}
+
 std::string mdl::rt::detectedNote(const std::vector<Unknown> &unknowns,
                                   const Settlement &s) {
   std::string note;
@@ -133,37 +161,19 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
 
   // One instance per combination of entry values.
   std::map<std::vector<size_t>, std::shared_ptr<Model>> models;
-  auto modelFor = [&](const std::vector<size_t> &pick) {
-    std::vector<size_t> key;
-    HFConfig c = config;
-    for (size_t i = 0; i < unknowns.size(); ++i)
-      if (unknowns[i].entry) {
-        key.push_back(pick[i]);
-        if (pick[i] != unknowns[i].dflt)
+  auto instanceFor = [&](const std::vector<size_t> &pick) {
+    if (entriesAtDefaults(unknowns, pick))
+      return plain;
+    auto [it, fresh] = models.try_emplace(pickedEntries(unknowns, pick));
+    if (fresh) {
+      HFConfig c = config;
+      for (size_t i = 0; i < unknowns.size(); ++i)
+        if (unknowns[i].entry && pick[i] != unknowns[i].dflt)
           c.addOverride(unknowns[i].name, unknowns[i].options[pick[i]]);
-      }
-    auto it = models.find(key);
-    if (it == models.end()) {
       std::string ignored;
-      it = models.emplace(key, Model::create(model, c, ignored)).first;
+      it->second = Model::create(model, c, ignored);
     }
     return it->second;
-  };
-  auto choicesFor = [&](const std::vector<size_t> &pick) {
-    std::map<std::string, std::string> out = fixed;
-    for (size_t i = 0; i < unknowns.size(); ++i)
-      if (!unknowns[i].entry)
-        out[unknowns[i].name] = unknowns[i].options[pick[i]];
-    return out;
-  };
-  auto isDefault = [&](const std::vector<size_t> &pick) {
-    for (size_t i = 0; i < unknowns.size(); ++i)
-      if (unknowns[i].entry && pick[i] != unknowns[i].dflt)
-        return false;
-    return true;
-  };
-  auto instanceFor = [&](const std::vector<size_t> &pick) {
-    return isDefault(pick) ? plain : modelFor(pick);
   };
   std::optional<Settlement> s =
       settle(unknowns, [&](const std::vector<size_t> &pick)
@@ -171,7 +181,9 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
         std::shared_ptr<Model> m = instanceFor(pick);
         std::string ignored;
         std::unique_ptr<Binding> b =
-            m ? Binding::bind(m, backend, choicesFor(pick), ignored) : nullptr;
+            m ? Binding::bind(m, backend, pickedChoices(unknowns, pick, fixed),
+                              ignored)
+              : nullptr;
         if (!b)
           return std::nullopt;
         Match out;
@@ -185,13 +197,14 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
     std::vector<size_t> defaults;
     for (const Unknown &u : unknowns)
       defaults.push_back(u.dflt);
-    if (Binding::bind(plain, backend, choicesFor(defaults), error))
+    if (Binding::bind(plain, backend, pickedChoices(unknowns, defaults, fixed),
+                      error))
       error = model.name + " does not bind to " + backend.name;
     return std::nullopt;
   }
   Detection d;
   d.model = instanceFor(s->pick);
-  d.choices = choicesFor(s->pick);
+  d.choices = pickedChoices(unknowns, s->pick, fixed);
   for (size_t i = 0; i < unknowns.size(); ++i)
     if (unknowns[i].entry)
       d.values.push_back({unknowns[i].name, unknowns[i].options[s->pick[i]]});

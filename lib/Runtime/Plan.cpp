@@ -229,7 +229,8 @@ void Planner::validate() {
       return;
     }
     if (n > 1 && std::find(m.mesh.begin(), m.mesh.end(), axis) == m.mesh.end())
-      add("backend " + m.backend + " has no " + std::string(meshAxisName(axis)) + " axis");
+      add("backend " + m.backend + " has no " +
+          std::string(meshAxisName(axis)) + " axis");
   }
   if (cfg.vpp < 1) {
     add("vpp must be at least 1");
@@ -802,8 +803,7 @@ void checkSplit(const Planner &planner, const LocalTensor &lt,
     problems.push_back(
         {"fused-split",
          "an even split of axis " + std::to_string(*t.splitAxis) +
-             " of tensor '" + name + "' by " +
-             meshAxisName(t.splitBy).data() +
+             " of tensor '" + name + "' by " + meshAxisName(t.splitBy).data() +
              " cuts across its parts (" + parts +
              "); split each part on its own, as the rank's view does",
          t.source});

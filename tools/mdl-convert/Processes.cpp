@@ -35,8 +35,8 @@ public:
   Outcome agree(int code, const std::string &message) override {
     std::vector<int> codes(size_t(total), 0);
     MPI_Allgather(&code, 1, MPI_INT, codes.data(), 1, MPI_INT, MPI_COMM_WORLD);
-    auto failed = std::find_if(codes.begin(), codes.end(),
-                               [](int c) { return c != 0; });
+    auto failed =
+        std::find_if(codes.begin(), codes.end(), [](int c) { return c != 0; });
     if (failed == codes.end())
       return {};
     Outcome out;

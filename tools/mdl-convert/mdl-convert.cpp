@@ -360,7 +360,6 @@ convertAdapters(const Binding &hf, const Binding &from,
 std::vector<Converter::TargetFile>
 shareOfFiles(const std::vector<Converter::TargetFile> &files);
 
-
 int convertMain(int argc, char **argv, Cleanup &cleanup) {
   std::string model, fromName, toName;
   std::vector<std::string> positional;
@@ -472,8 +471,7 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
         choicesGiven[key] = val;
     } else if (flag == "--tp" || flag == "--pp" || flag == "--ep" ||
                flag == "--etp" || flag == "--vpp" || flag == "--rank" ||
-               flag == "--threads" ||
-               flag == "--first-stage-layers" ||
+               flag == "--threads" || flag == "--first-stage-layers" ||
                flag == "--last-stage-layers") {
       if (!value(v) || v.empty())
         return usage(flag + " needs a number");
@@ -818,10 +816,9 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
   // Backends that load HF-PEFT adapters (vLLM) keep them as they are.
   bool adaptersFromHf = from->adapterBackend() == "hf",
        adaptersToHf = to->adapterBackend() == "hf";
-  std::vector<int64_t> adapterRanks =
-      processes->index() != 0 ? std::vector<int64_t>()
-      : adaptersToHf          ? std::vector<int64_t>{0}
-                              : todo;
+  std::vector<int64_t> adapterRanks;
+  if (processes->index() == 0)
+    adapterRanks = adaptersToHf ? std::vector<int64_t>{0} : todo;
   FactorNames targetNames = namesGiven ? *namesGiven : FactorNames();
   if (adapters) {
     const Binding *hf = fromName == "hf" ? from.get()
@@ -833,9 +830,9 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
         return fail(error);
       hf = hfBinding.get();
     }
-    std::optional<std::vector<Adapters>> converted = convertAdapters(
-        *hf, *from, source, adaptersFromHf, sourceNames, *to, target,
-        adaptersToHf, inDir, adapterRanks, error);
+    std::optional<std::vector<Adapters>> converted =
+        convertAdapters(*hf, *from, source, adaptersFromHf, sourceNames, *to,
+                        target, adaptersToHf, inDir, adapterRanks, error);
     if (!converted)
       return fail(error);
     adapterOutputs = std::move(*converted);
@@ -859,9 +856,8 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
     }
     converter.restrictSources(present);
   }
-  OutputLayout layout = outputLayout(*to, outDir, safetensorsOut || adapters ||
-                                                     toName == "hf",
-                                     iteration);
+  OutputLayout layout = outputLayout(
+      *to, outDir, safetensorsOut || adapters || toName == "hf", iteration);
   OutputFiles output =
       planOutputFiles(*to, target, todo, layout.rankRoot, toName == "hf",
                       maxShard, layout.rankFile);
@@ -944,8 +940,8 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
     return !shared || adapters ||
            std::any_of(output.files.begin(), output.files.end(),
                        [&](const Converter::TargetFile &f) {
-                         return f.path.compare(0, dir.size() + 1,
-                                               dir + "/") == 0;
+                         return f.path.compare(0, dir.size() + 1, dir + "/") ==
+                                0;
                        });
   };
   for (const std::string &dir : output.dirs)
@@ -1121,11 +1117,11 @@ int finish(int code, Cleanup &cleanup) {
         cleanup.removeDirs();
       }
       if (processes->index() == 0)
-        printError(code, (outcome.process ? "process " +
-                                                std::to_string(outcome.process) +
-                                                ": "
-                                          : "") +
-                             outcome.message);
+        printError(code,
+                   (outcome.process
+                        ? "process " + std::to_string(outcome.process) + ": "
+                        : "") +
+                       outcome.message);
     }
   }
   cleanup.armed = code != 0;

@@ -64,6 +64,20 @@ settle(const std::vector<Unknown> &unknowns,
        const std::function<std::optional<Match>(const std::vector<size_t> &)>
            &match);
 
+/// The options `pick` takes for the config entries, in order: what tells
+/// one instance of the model from another.
+std::vector<size_t> pickedEntries(const std::vector<Unknown> &unknowns,
+                                  const std::vector<size_t> &pick);
+/// Whether `pick` takes every config entry's default (the plain instance).
+bool entriesAtDefaults(const std::vector<Unknown> &unknowns,
+                       const std::vector<size_t> &pick);
+/// The backend choices of `pick`: `fixed`, with the picked option of each
+/// choice among the unknowns.
+std::map<std::string, std::string>
+pickedChoices(const std::vector<Unknown> &unknowns,
+              const std::vector<size_t> &pick,
+              const std::map<std::string, std::string> &fixed);
+
 /// "name=value (detected)" for each unknown the checkpoint decided.
 std::string detectedNote(const std::vector<Unknown> &unknowns,
                          const Settlement &s);
