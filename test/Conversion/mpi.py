@@ -17,12 +17,9 @@ process with exit 1, print the error once, and leave no output.
 import argparse
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
-
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -74,14 +71,7 @@ def main():
     ap.add_argument("--np", type=int, default=3)
     args = ap.parse_args()
 
-    shutil.rmtree(args.work, ignore_errors=True)
-    hf = os.path.join(args.work, "hf")
-    os.makedirs(hf)
-    shutil.copy(args.config, os.path.join(hf, "config.json"))
-    listing = subprocess.run([args.mdlc, "params", args.spec, "--hf-config", args.config,
-                              "--format=json"], capture_output=True, text=True, check=True)
-    roundtrip.write_checkpoint(os.path.join(hf, "model.safetensors"),
-                               json.loads(listing.stdout), np.random.default_rng(11))
+    hf = roundtrip.write_hf(args.mdlc, args.spec, args.config, args.work, 11)[0]
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np)]
     failures, checked = [], 0
 

@@ -69,6 +69,23 @@ def write_checkpoint(path, tensors, rng):
             f.write(b)
 
 
+def write_hf(mdlc, spec, config, work, seed, options=()):
+    """A tiny random HF checkpoint of the spec's tensors for `config` in
+    WORK/hf (emptied first); returns its directory and the tensors."""
+    shutil.rmtree(work, ignore_errors=True)
+    hf = os.path.join(work, "hf")
+    os.makedirs(hf)
+    shutil.copy(config, os.path.join(hf, "config.json"))
+    listing = run([mdlc, "params", spec, "--hf-config", config, "--format=json"] +
+                  list(options))
+    if listing.returncode:
+        sys.exit("mdlc params failed:\n" + listing.stderr)
+    tensors = json.loads(listing.stdout)
+    write_checkpoint(os.path.join(hf, "model.safetensors"), tensors,
+                     np.random.default_rng(seed))
+    return hf, tensors
+
+
 def run(cmd):
     return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -105,17 +122,8 @@ def main():
     ap.add_argument("--backends", default="mcore_te,mcore_local,vllm")
     args = ap.parse_args()
 
-    shutil.rmtree(args.work, ignore_errors=True)
-    hf = os.path.join(args.work, "hf")
-    os.makedirs(hf)
-    shutil.copy(args.config, os.path.join(hf, "config.json"))
-    listing = run([args.mdlc, "params", args.spec, "--hf-config", args.config,
-                   "--format=json", "--choice", "expert_storage=" + args.storage])
-    if listing.returncode:
-        sys.exit("mdlc params failed:\n" + listing.stderr)
-    tensors = json.loads(listing.stdout)
-    write_checkpoint(os.path.join(hf, "model.safetensors"), tensors,
-                     np.random.default_rng(7))
+    hf, tensors = write_hf(args.mdlc, args.spec, args.config, args.work, 7,
+                           ["--choice", "expert_storage=" + args.storage])
     moe = any(".experts." in t["name"] for t in tensors)
     quant = json.load(open(args.config)).get("quantization_config") or {}
     block = quant["weight_block_size"][0] if quant.get("quant_method") == "fp8" else 0

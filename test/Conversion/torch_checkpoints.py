@@ -15,19 +15,14 @@ rank file whose `model` is a call of os.system is refused and runs nothing.
                        --model M --config CONFIG.json --work DIR
 """
 import argparse
-import json
 import os
-import shutil
-import subprocess
 import sys
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Runtime", "Inputs"))
-import reference  # noqa: E402
 import roundtrip  # noqa: E402
 import torch_files  # noqa: E402
 
@@ -42,14 +37,7 @@ def main():
     for a in ("mdlc", "convert", "spec", "model", "config", "work"):
         ap.add_argument("--" + a, required=True)
     args = ap.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    hf = os.path.join(args.work, "hf")
-    os.makedirs(hf)
-    shutil.copy(args.config, os.path.join(hf, "config.json"))
-    listing = roundtrip.run([args.mdlc, "params", args.spec, "--hf-config", args.config,
-                             "--format=json"])
-    roundtrip.write_checkpoint(os.path.join(hf, "model.safetensors"),
-                               json.loads(listing.stdout), np.random.default_rng(3))
+    hf = roundtrip.write_hf(args.mdlc, args.spec, args.config, args.work, 3)[0]
     work = lambda *p: os.path.join(args.work, *p)  # noqa: E731
 
     def convert(*extra, expect=0):

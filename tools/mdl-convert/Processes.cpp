@@ -5,9 +5,11 @@
 #include "mdl/Runtime/Parallel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #ifdef MDL_HAVE_MPI
@@ -33,6 +35,7 @@ public:
   bool communicate() const override { return total > 1; }
 
   Outcome agree(int code, const std::string &message) override {
+    waitForAll();
     std::vector<int> codes(size_t(total), 0);
     MPI_Allgather(&code, 1, MPI_INT, codes.data(), 1, MPI_INT, MPI_COMM_WORLD);
     auto failed =
@@ -50,7 +53,20 @@ public:
     MPI_Bcast(out.message.data(), int(length), MPI_CHAR, root, MPI_COMM_WORLD);
     return out;
   }
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  void barrier() override { waitForAll(); }
+
+private:
+  /// Waits until every process is here, sleeping rather than spinning as
+  /// MPI's blocking calls do: a process that wrote its files may wait long
+  /// for the others, and would take CPU from them.
+  static void waitForAll() {
+    MPI_Request request;
+    MPI_Ibarrier(MPI_COMM_WORLD, &request);
+    int done = 0;
+    while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+           !done)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 };
 
 /// Whether an MPI launcher started this process (Open MPI's mpirun, or a

@@ -19,6 +19,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
+#include <fmt/format.h>
+
 #include <functional>
 
 using namespace mlir;
@@ -758,6 +760,55 @@ void Emitter::emitBackend(BackendOp b, StringRef var, raw_ostream &os) {
   os << "  return b;\n}\n\n";
 }
 
+/// The header of a model and backend: the entry points of the generated
+/// unit, for fmt (braces of the C++ doubled).
+constexpr const char *kHeaderTemplate = R"({banner}#ifndef {guard}
+#define {guard}
+
+#include "mdl/Runtime/Generated.h"
+
+namespace {ns} {{
+
+/// The model {model} and the backend {backend}, for the runtime.
+const mdl::rt::ModelDecl &model();
+const mdl::rt::BackendDecl &backend();
+/// The HF backend, which checkpoints are read from and written to.
+const mdl::rt::BackendDecl &hfBackend();
+/// This model and backend as one handle for the runtime's tools.
+const mdl::rt::Generated &generated();
+
+/// Instantiates the model for an HF config.json and binds it to the backend.
+inline std::unique_ptr<mdl::rt::Binding>
+load(const std::string &configPath, const mdl::rt::LoadOptions &options,
+     std::string &error) {{
+  return mdl::rt::Binding::load(model(), backend(), configPath, options, error);
+}}
+
+/// Every reason a parallel configuration is invalid; empty when it is valid.
+inline std::vector<std::string>
+validate(const mdl::rt::Binding &binding, const mdl::ParallelConfig &config) {{
+  return binding.validate(config);
+}}
+
+/// The local tensors of one rank, with the slices of parameters they hold.
+inline std::vector<mdl::rt::RankTensor>
+rankTensors(const mdl::rt::Binding &binding, const mdl::ParallelConfig &config,
+            int64_t rank) {{
+  return binding.rankTensors(config, rank);
+}}
+
+/// The LoRA injection table of one rank, for adapters of rank `r`.
+inline std::vector<mdl::rt::LoraTarget>
+loraTable(const mdl::rt::Binding &binding, const mdl::ParallelConfig &config,
+          int64_t rank, int64_t r = 16) {{
+  return mdl::rt::loraTable(binding, config, rank, r);
+}}
+
+}} // namespace {ns}
+
+#endif
+)";
+
 LogicalResult Emitter::run(raw_ostream &header, raw_ostream &source) {
   std::string modelName = model.getSymName().str();
   std::string backendName = backend.getSymName().str();
@@ -793,48 +844,12 @@ LogicalResult Emitter::run(raw_ostream &header, raw_ostream &source) {
   if (failed)
     return failure();
 
-  header << banner;
-  header << "#ifndef MDL_GEN_" << StringRef(modelName).upper() << "_"
-         << StringRef(backendName).upper() << "_H\n";
-  header << "#define MDL_GEN_" << StringRef(modelName).upper() << "_"
-         << StringRef(backendName).upper() << "_H\n\n";
-  header << "#include \"mdl/Runtime/Generated.h\"\n\n";
-  header << "namespace " << ns << " {\n\n";
-  header << "/// The model " << modelName << " and the backend " << backendName
-         << ", for the runtime.\n";
-  header << "const mdl::rt::ModelDecl &model();\n";
-  header << "const mdl::rt::BackendDecl &backend();\n";
-  header << "/// The HF backend, which checkpoints are read from and "
-            "written to.\n";
-  header << "const mdl::rt::BackendDecl &hfBackend();\n";
-  header << "/// This model and backend as one handle for the runtime's "
-            "tools.\n";
-  header << "const mdl::rt::Generated &generated();\n\n";
-  header << "/// Instantiates the model for an HF config.json and binds it to "
-            "the backend.\n";
-  header << "inline std::unique_ptr<mdl::rt::Binding>\n"
-            "load(const std::string &configPath, const mdl::rt::LoadOptions "
-            "&options,\n     std::string &error) {\n"
-            "  return mdl::rt::Binding::load(model(), backend(), configPath, "
-            "options, error);\n}\n\n";
-  header << "/// Every reason a parallel configuration is invalid; empty when "
-            "it is valid.\n";
-  header << "inline std::vector<std::string>\nvalidate(const "
-            "mdl::rt::Binding &binding, const mdl::ParallelConfig &config) "
-            "{\n  return binding.validate(config);\n}\n\n";
-  header << "/// The local tensors of one rank, with the slices of "
-            "parameters they hold.\n";
-  header << "inline std::vector<mdl::rt::RankTensor>\nrankTensors(const "
-            "mdl::rt::Binding &binding, const mdl::ParallelConfig &config,\n"
-            "            int64_t rank) {\n"
-            "  return binding.rankTensors(config, rank);\n}\n\n";
-  header << "/// The LoRA injection table of one rank, for adapters of rank "
-            "`r`.\n";
-  header << "inline std::vector<mdl::rt::LoraTarget>\nloraTable(const "
-            "mdl::rt::Binding &binding, const mdl::ParallelConfig &config,\n"
-            "          int64_t rank, int64_t r = 16) {\n"
-            "  return mdl::rt::loraTable(binding, config, rank, r);\n}\n\n";
-  header << "} // namespace " << ns << "\n\n#endif\n";
+  std::string guard = "MDL_GEN_" + StringRef(modelName).upper() + "_" +
+                      StringRef(backendName).upper() + "_H";
+  header << fmt::format(kHeaderTemplate, fmt::arg("banner", banner),
+                        fmt::arg("guard", guard), fmt::arg("ns", ns),
+                        fmt::arg("model", modelName),
+                        fmt::arg("backend", backendName));
 
   source << banner;
   source << "#include \"" << options.headerName << "\"\n\n";
