@@ -91,8 +91,12 @@ std::vector<std::string> mdl::checksOfPass(llvm::StringRef pass) {
 }
 
 std::string CheckOptions::key() const {
-  std::string k = hfConfig + "|" + grid + "|" + checkpoint.path + "|" +
-                  checkpointBackend;
+  std::string k = hfConfig + "|" + checkpoint.path + "|" + checkpointBackend;
+  for (const auto &[axis, values] : grid) {
+    k += "|" + axis;
+    for (int64_t v : values)
+      k += "," + std::to_string(v);
+  }
   for (const auto *list : {&sets, &backends, &choices, &files})
     for (const std::string &s : *list)
       k += "|" + s;
@@ -865,14 +869,8 @@ LogicalResult CheckSession::prepare(ModuleOp top) {
   if (prepared)
     return success(ok);
   prepared = true;
-  std::map<std::string, std::vector<int64_t>> grid;
-  if (opts.grid.empty())
-    grid = rt::defaultGrid();
-  else if (std::optional<std::string> err = parseGrid(opts.grid, grid)) {
-    top.emitError() << *err;
-    ok = false;
-    return failure();
-  }
+  std::map<std::string, std::vector<int64_t>> grid =
+      opts.grid.empty() ? rt::defaultGrid() : opts.grid;
   // The models the named files declare; files that declare none (a
   // backend added to a library, say) stand for the models they import.
   auto inFiles = [&](ModuleDeclOp model) {

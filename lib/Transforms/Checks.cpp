@@ -52,7 +52,11 @@ struct CheckPassImpl : public Base {
       o.hfConfig = this->hfConfig;
       o.sets.assign(this->overrides.begin(), this->overrides.end());
       o.backends.assign(this->backendNames.begin(), this->backendNames.end());
-      o.grid = this->grid;
+      if (std::optional<std::string> err = parseGrid(this->grid, o.grid)) {
+        top.emitError() << *err;
+        this->signalPassFailure();
+        return;
+      }
       o.choices.assign(this->choices.begin(), this->choices.end());
       if (!this->hfDir.empty())
         o.checkpoint = {CheckpointSource::Dir, this->hfDir};

@@ -32,11 +32,7 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
   for (const auto &[k, v] : options.sets)
     co.sets.push_back(k + "=" + v);
   co.backends = options.backends;
-  for (const auto &[axis, values] : options.grid) {
-    co.grid += (co.grid.empty() ? "" : " ") + axis + "=";
-    for (size_t i = 0; i < values.size(); ++i)
-      co.grid += (i ? "," : "") + std::to_string(values[i]);
-  }
+  co.grid = options.grid;
   for (const auto &[k, v] : options.choices)
     co.choices.push_back(k + "=" + v);
   co.files = options.files;

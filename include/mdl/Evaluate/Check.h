@@ -31,8 +31,9 @@ struct CheckOptions {
   std::vector<std::string> sets;
   /// Backends to check; empty: every backend some layout describes.
   std::vector<std::string> backends;
-  /// The grid, e.g. "tp=1,2,4 pp=1,2"; empty: the default grid.
-  std::string grid;
+  /// The grid (axis -> values, parsed once from `--grid`); empty: the
+  /// default grid.
+  std::map<std::string, std::vector<int64_t>> grid;
   /// name=value storage variants of the backends.
   std::vector<std::string> choices;
   /// Only files whose models to check; empty: every model.
