@@ -4,6 +4,8 @@
 
 #include "Commands.h"
 
+#include "mdl/Runtime/Safetensors.h"
+
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/SourceMgr.h"
@@ -75,6 +77,19 @@ int mdl::fuzz::runConvert(const std::vector<std::string> &args) {
     argv.push_back(a.data());
   argv.push_back(nullptr);
   return mdl_convert_main(int(all.size()), argv.data());
+}
+
+void mdl::fuzz::readCheckpoint(const std::string &path) {
+  std::string error;
+  std::unique_ptr<rt::Checkpoint> ckpt = rt::Checkpoint::open(path, error);
+  if (!ckpt)
+    return;
+  unsigned sum = 0;
+  for (const auto &[name, ref] : ckpt->tensors())
+    if (const uint8_t *p = ckpt->data(ref))
+      for (uint64_t i = 0, n = ref.info->numBytes(); i < n; i += 4096)
+        sum += p[i];
+  (void)sum;
 }
 
 std::vector<std::string> mdl::fuzz::splitArgs(const uint8_t *data,

@@ -29,6 +29,9 @@ void removeTree(const std::string &path);
 int runMdlc(const std::vector<std::string> &args);
 /// Runs mdl-convert with `args`; its exit code.
 int runConvert(const std::vector<std::string> &args);
+/// Opens `path` as a checkpoint, when it is one, and touches a byte of
+/// every page of every tensor, so that bad offsets and sizes are read.
+void readCheckpoint(const std::string &path);
 /// Splits `data` at NUL bytes and newlines into arguments.
 std::vector<std::string> splitArgs(const uint8_t *data, size_t size);
 

@@ -19,6 +19,7 @@
 #include "mdl/Runtime/Cli.h"
 #include "mdl/Runtime/CheckpointDir.h"
 #include "mdl/Runtime/Convert.h"
+#include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Detect.h"
 #include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Json.h"
@@ -905,13 +906,10 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
       std::string dir = toName == "hf" ? "." : to->rankDir(target, r);
       if (dir.empty())
         dir = to->rankFile(target, r);
-      for (const RankTensor &t : to->rankTensors(target, r)) {
-        std::string shape;
-        for (int64_t d : t.shape)
-          shape += (shape.empty() ? "" : ",") + std::to_string(d);
-        std::printf("%s\t%s\t[%s]\t%s\n", dir.c_str(), t.name.c_str(),
-                    shape.c_str(), std::string(safetensorsName(t.dtype)).c_str());
-      }
+      for (const RankTensor &t : to->rankTensors(target, r))
+        std::printf("%s\t%s\t%s\t%s\n", dir.c_str(), t.name.c_str(),
+                    shapeText(t.shape).c_str(),
+                    std::string(safetensorsName(t.dtype)).c_str());
     }
     return 0;
   }
