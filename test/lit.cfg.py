@@ -59,6 +59,17 @@ elif not shutil.which("mpirun"):
 else:
     config.available_features.add("mpi")
 
+# The Python package: built (pybind11-dev), and torch and pytest for its
+# tests (python3-torch, python3-pytest).
+import subprocess
+if config.mdl_have_python not in ("ON", "1", "TRUE", "YES"):
+    lit_config.note("Python package tests unsupported: the package was not built (install pybind11-dev and python3-dev)")
+elif subprocess.run(["/usr/bin/python3", "-c", "import torch, pytest, numpy"],
+                    capture_output=True).returncode:
+    lit_config.note("Python package tests unsupported: /usr/bin/python3 lacks torch, pytest or numpy (python3-torch, python3-pytest)")
+else:
+    config.available_features.add("python-package")
+
 llvm_config.use_default_substitutions()
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 

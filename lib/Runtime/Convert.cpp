@@ -412,9 +412,11 @@ void Converter::restrictSources(const std::set<int64_t> &ranks) {
       if (t.copy)
         continue;
       for (const Piece &pc : t.pieces) {
-        auto &h = holders[from.layout().params[size_t(pc.param)].path];
-        if (h.empty() || h.back() != r)
-          h.push_back(r);
+        auto &held = holders[from.layout().params[size_t(pc.param)].path];
+        if (std::none_of(held.begin(), held.end(), [&](const HeldBox &b) {
+              return b.lo == pc.lo && b.count == pc.count;
+            }))
+          held.push_back({r, pc.lo, pc.count});
       }
     }
 }
@@ -459,7 +461,9 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
             return v.piece.lo == pc.lo && v.piece.count == pc.count &&
                    v.dtype == t.dtype && v.offset == t.offset;
           }))
-        held.push_back({data, ref->info->numBytes(), &ref->shard->path,
+        held.push_back({data, ref->info->numBytes(),
+                        ref->shard->mapped() ? &ref->shard->path : nullptr,
+                        &ref->info->name,
                         ref->shard->header().dataStart + ref->info->dataBegin,
                         t.dtype, t.offset, pc, rank});
     }
@@ -480,8 +484,16 @@ std::vector<int64_t> Converter::sourcesOf(int64_t rank) const {
   for (const RankTensor &t : to.rankTensors(toConfig, rank))
     for (const Piece &pc : t.pieces) {
       auto it = holders.find(to.layout().params[size_t(pc.param)].path);
-      if (it != holders.end())
-        out.insert(it->second.begin(), it->second.end());
+      if (it == holders.end())
+        continue;
+      for (const HeldBox &b : it->second) {
+        bool meets = true;
+        for (size_t a = 0; a < b.lo.size() && a < pc.lo.size(); ++a)
+          meets &= b.lo[a] < pc.lo[a] + pc.count[a] &&
+                   pc.lo[a] < b.lo[a] + b.count[a];
+        if (meets)
+          out.insert(b.rank);
+      }
     }
   return {out.begin(), out.end()};
 }
@@ -605,7 +617,8 @@ bool Converter::gather(int param, const Piece &box, DType dtype,
       }
       covered += copy.box.size;
       copies.push_back(std::move(copy));
-      sources.insert({v.data, v.bytes});
+      if (v.file)
+        sources.insert({v.data, v.bytes});
     }
   if (covered < box.numElements()) {
     error = "no source holds all of " + path + " for tensor '" + tensor +
@@ -725,7 +738,7 @@ bool Converter::fill(const Job &job, uint64_t offset, uint8_t *out, size_t n,
     int64_t readLo, readHi;
     c.box.run(c.data, out, begin, end, readLo, readHi);
     // What a streaming copy has read, later windows do not read again.
-    if (c.box.streaming && readHi > readLo) {
+    if (c.box.streaming && c.file && readHi > readLo) {
       size_t element = byteSize(c.box.sourceType());
       SafetensorsFile::release(c.data + readLo * element,
                                uint64_t(readHi - readLo) * element);
@@ -872,6 +885,8 @@ bool Converter::writeFiles(
         for (const Job::Copy &c : job->copies) {
           if (!c.box.locate(int64_t(offset / size), from, count))
             continue;
+          if (!c.file)
+            return false;
           if (uint64_t(count) * size < kMinFileCopy &&
               uint64_t(count) * size < n)
             return false;
@@ -915,4 +930,121 @@ bool Converter::writeFiles(
     return false;
   }
   return true;
+}
+
+bool Converter::fillTensors(int64_t rank,
+                            const std::vector<MemoryTarget> &targets,
+                            std::string &error,
+                            const std::set<std::string> *onlyParams) {
+  std::vector<RankTensor> all = to.rankTensors(toConfig, rank);
+  std::map<std::string, const RankTensor *> byName;
+  for (const RankTensor &t : all)
+    byName[t.name] = &t;
+  const ModelLayout &m = to.layout();
+  std::vector<RankTensor> tensors;
+  tensors.reserve(targets.size());
+  for (const MemoryTarget &target : targets) {
+    auto it = byName.find(target.name);
+    if (it == byName.end()) {
+      error = "rank " + std::to_string(rank) + " of " + m.model + " on " +
+              m.backend + " at " + toConfig.str() + " has no tensor '" +
+              target.name + "'";
+      return false;
+    }
+    RankTensor t = *it->second;
+    int64_t elements = 1;
+    for (int64_t s : t.shape)
+      elements *= s;
+    if (target.bytes != uint64_t(elements) * byteSize(t.dtype)) {
+      error = "tensor '" + t.name + "' is " + shapeText(t.shape) + " " +
+              std::string(safetensorsName(t.dtype)) + " (" +
+              std::to_string(uint64_t(elements) * byteSize(t.dtype)) +
+              " bytes), not " + std::to_string(target.bytes) + " bytes";
+      return false;
+    }
+    if (onlyParams)
+      t.pieces.erase(std::remove_if(t.pieces.begin(), t.pieces.end(),
+                                    [&](const Piece &p) {
+                                      return !onlyParams->count(
+                                          m.params[size_t(p.param)].path);
+                                    }),
+                     t.pieces.end());
+    tensors.push_back(std::move(t));
+  }
+  std::vector<Job> jobs(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!plan(tensors[i], jobs[i], error))
+      return false;
+    if (onlyParams && !jobs[i].dequants.empty()) {
+      error = "tensor '" + tensors[i].name + "' is dequantized from FP8 " +
+              "blocks, which an update of some parameters does not rewrite";
+      return false;
+    }
+    // An update leaves what it does not hold as it was.
+    if (onlyParams)
+      jobs[i].padded = false;
+  }
+  // Chunks of a few MB of every tensor, filled on the worker threads.
+  auto chunkOf = [&](size_t i) {
+    uint64_t size = byteSize(tensors[i].dtype);
+    return std::max<uint64_t>(size, (4u << 20) / size * size);
+  };
+  std::vector<std::pair<size_t, uint64_t>> chunks;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (uint64_t at = 0; at < jobs[i].size; at += chunkOf(i))
+      chunks.push_back({i, at});
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mutex;
+  auto work = [&] {
+    for (size_t c; !failed && (c = next++) < chunks.size();) {
+      auto [i, at] = chunks[c];
+      Job &job = jobs[i];
+      size_t n = size_t(std::min(chunkOf(i), job.size - at));
+      std::string err;
+      if (!fill(job, at, targets[i].data + at, n, err)) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failed.exchange(true))
+          error = err;
+        return;
+      }
+      // The last chunk of a tensor releases the mapped pages it read.
+      if ((job.done += n) == job.size)
+        for (const auto &[data, bytes] : job.sources)
+          SafetensorsFile::release(data, bytes);
+    }
+  };
+  runWorkers(std::max<size_t>(1, std::min<size_t>(numThreads, chunks.size())),
+             work);
+  return !failed;
+}
+
+std::vector<Converter::PlannedCopy>
+Converter::plannedCopies(int64_t rank,
+                         const std::set<std::string> *onlyParams) const {
+  std::vector<PlannedCopy> out;
+  const ModelLayout &m = to.layout();
+  for (const RankTensor &t : to.rankTensors(toConfig, rank))
+    for (const Piece &pc : t.pieces) {
+      const Param &param = m.params[size_t(pc.param)];
+      auto it = views.find(param.path);
+      if ((onlyParams && !onlyParams->count(param.path)) || it == views.end())
+        continue;
+      for (const View &v : it->second) {
+        PlannedCopy c{t.name,      v.rank, *v.tensor, param.path,
+                      param.atoms, {},     {}};
+        bool empty = false;
+        for (size_t a = 0; a < pc.lo.size(); ++a) {
+          int64_t lo = std::max(pc.lo[a], v.piece.lo[a]);
+          int64_t hi = std::min(pc.lo[a] + pc.count[a],
+                                v.piece.lo[a] + v.piece.count[a]);
+          empty |= hi <= lo;
+          c.lo.push_back(lo);
+          c.count.push_back(hi - lo);
+        }
+        if (!empty)
+          out.push_back(std::move(c));
+      }
+    }
+  return out;
 }

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -143,4 +144,42 @@ mdl::rt::outputOverlapsInput(const std::string &output,
              ": refusing to write where the input is read";
   }
   return std::nullopt;
+}
+
+bool mdl::rt::writeFileAtomically(const std::string &path,
+                                  const std::string &text, std::string &error) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out) {
+      error = "cannot write '" + path + "'";
+      std::remove(tmp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = "cannot write '" + path + "'";
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool mdl::rt::makeDirectory(const std::string &path, bool &created,
+                            std::string &error) {
+  created = false;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return true;
+  if (::mkdir(path.c_str(), 0755) != 0) {
+    // Another process may have made it meanwhile.
+    if (errno == EEXIST && ::stat(path.c_str(), &st) == 0 &&
+        S_ISDIR(st.st_mode))
+      return true;
+    error = "cannot create directory '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  created = true;
+  return true;
 }

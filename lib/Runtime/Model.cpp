@@ -1075,3 +1075,30 @@ mdl::rt::bindModel(Model &model, const BackendDecl &backend,
   }
   return out;
 }
+
+std::optional<std::string> mdl::rt::deeperThan(Instance &asked, Instance &has,
+                                               const std::string &configPath) {
+  for (auto &[name, elements] : asked.stacks) {
+    auto it = has.stacks.find(name);
+    size_t have = it == has.stacks.end() ? 0 : it->second.size();
+    std::string stack = asked.path.empty() ? name : asked.path + "." + name;
+    if (elements.size() > have)
+      return "the overrides ask for " + std::to_string(elements.size()) +
+             " elements of stack '" + stack + "', but the checkpoint's " +
+             "config (" + configPath + ") has " + std::to_string(have);
+    for (size_t i = 0; i < elements.size(); ++i)
+      if (auto e = deeperThan(*elements[i], *it->second[i], configPath))
+        return e;
+  }
+  for (auto &[name, child] : asked.instances) {
+    auto it = has.instances.find(name);
+    if (it == has.instances.end())
+      return "the overrides ask for " + child->describe() +
+             ", which the checkpoint's config (" + configPath +
+             ") does not have";
+    if (child->module == it->second->module)
+      if (auto e = deeperThan(*child, *it->second, configPath))
+        return e;
+  }
+  return std::nullopt;
+}

@@ -841,6 +841,8 @@ const Checkpoint::TensorRef *Checkpoint::find(std::string_view name) const {
 }
 
 const uint8_t *Checkpoint::data(const TensorRef &t) const {
+  if (t.shard && !t.shard->memory.empty())
+    return t.shard->memory[size_t(t.info - t.shard->readHeader.tensors.data())];
   if (t.shard && t.shard->zip)
     return t.shard->zip->bytes() + t.shard->readHeader.dataStart +
            t.info->dataBegin;
@@ -988,6 +990,41 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path,
   for (std::string &f : files)
     f = dir + "/" + f;
   return openFiles(files, error, headersOnly);
+}
+
+std::unique_ptr<Checkpoint>
+Checkpoint::inMemory(std::string what, const std::vector<MemoryTensor> &tensors,
+                     std::string &error) {
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  auto shard = std::make_unique<Shard>();
+  shard->path = std::move(what);
+  SafetensorsHeader &h = shard->readHeader;
+  for (const MemoryTensor &t : tensors) {
+    TensorInfo info;
+    info.name = t.name;
+    info.dtype = t.dtype;
+    info.shape = t.shape;
+    std::optional<uint64_t> bytes = tensorBytes(t.shape, t.dtype);
+    if (!bytes || std::any_of(t.shape.begin(), t.shape.end(),
+                              [](int64_t d) { return d < 0; })) {
+      error = shard->path + ": tensor " + nameText(t.name) + " of shape " +
+              shapeText(t.shape) + " has no size";
+      return nullptr;
+    }
+    info.dataEnd = *bytes;
+    h.tensors.push_back(std::move(info));
+    shard->memory.push_back(static_cast<const uint8_t *>(t.data));
+  }
+  for (const TensorInfo &t : h.tensors) {
+    if (!ckpt->byName.emplace(t.name, TensorRef{shard.get(), &t}).second) {
+      error = shard->path + ": tensor " + nameText(t.name) + " is given twice";
+      return nullptr;
+    }
+    h.indexByName[t.name] = size_t(&t - h.tensors.data());
+  }
+  // A shard of no tensors reads as one without memory: nothing to address.
+  ckpt->shardList.push_back(std::move(shard));
+  return ckpt;
 }
 
 std::unique_ptr<Checkpoint>

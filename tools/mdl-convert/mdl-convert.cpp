@@ -30,7 +30,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
@@ -183,28 +182,6 @@ bool readFile(const std::string &path, std::string &out) {
   return rt::readFile(path, out, error);
 }
 
-/// Writes a small file atomically.
-bool writeFile(const std::string &path, const std::string &text,
-               std::string &error) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) {
-      error = "cannot write '" + path + "'";
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    error = "cannot write '" + path + "'";
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
-}
-
-
 json::Value configJson(const ParallelConfig &c) {
   json::Value j = json::Value::object();
   j.set("tp", json::Value::integer(c.tp));
@@ -243,35 +220,6 @@ bool parseConfigJson(const json::Value &j, ParallelConfig &c) {
   return !c.checkBounds();
 }
 
-/// Compares the stacks of two instances of one model: an override may ask
-/// for fewer elements than the checkpoint's config, never more.
-std::optional<std::string> deeperThan(Instance &asked, Instance &has,
-                                      const std::string &configPath) {
-  for (auto &[name, elements] : asked.stacks) {
-    auto it = has.stacks.find(name);
-    size_t have = it == has.stacks.end() ? 0 : it->second.size();
-    std::string stack = asked.path.empty() ? name : asked.path + "." + name;
-    if (elements.size() > have)
-      return "the overrides ask for " + std::to_string(elements.size()) +
-             " elements of stack '" + stack + "', but the checkpoint's " +
-             "config (" + configPath + ") has " + std::to_string(have);
-    for (size_t i = 0; i < elements.size(); ++i)
-      if (auto e = deeperThan(*elements[i], *it->second[i], configPath))
-        return e;
-  }
-  for (auto &[name, child] : asked.instances) {
-    auto it = has.instances.find(name);
-    if (it == has.instances.end())
-      return "the overrides ask for " + child->describe() +
-             ", which the checkpoint's config (" + configPath +
-             ") does not have";
-    if (child->module == it->second->module)
-      if (auto e = deeperThan(*child, *it->second, configPath))
-        return e;
-  }
-  return std::nullopt;
-}
-
 /// What this process created, removed again unless the conversion
 /// succeeded.
 struct Cleanup {
@@ -300,16 +248,11 @@ struct Cleanup {
 };
 
 bool makeDir(const std::string &path, Cleanup &cleanup, std::string &error) {
-  if (isDir(path))
-    return true;
-  if (mkdir(path.c_str(), 0755) != 0) {
-    // Another process of the conversion may have made it meanwhile.
-    if (errno == EEXIST && isDir(path))
-      return true;
-    error = "cannot create directory '" + path + "': " + std::strerror(errno);
+  bool created;
+  if (!makeDirectory(path, created, error))
     return false;
-  }
-  cleanup.dirs.push_back(path);
+  if (created)
+    cleanup.dirs.push_back(path);
   return true;
 }
 
@@ -977,8 +920,8 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
       if (!config)
         return fail(error);
       bool existed = exists(outDir + "/adapter_config.json");
-      if (!writeFile(outDir + "/adapter_config.json",
-                     json::write(*config, 2) + "\n", error))
+      if (!writeFileAtomically(outDir + "/adapter_config.json",
+                               json::write(*config, 2) + "\n", error))
         return fail(error);
       if (!existed)
         cleanup.files.push_back(outDir + "/adapter_config.json");
@@ -1072,7 +1015,7 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
     tops.emplace_back(output.indexPath, output.indexText);
   for (const auto &[path, text] : tops) {
     bool existed = exists(path);
-    if (!writeFile(path, text, error))
+    if (!writeFileAtomically(path, text, error))
       return fail(error);
     if (!existed)
       cleanup.files.push_back(path);

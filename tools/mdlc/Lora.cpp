@@ -7,6 +7,7 @@
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Lora.h"
+#include "mdl/Runtime/Report.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -36,47 +37,16 @@ int mdl::runLora(const Options &options, mlir::ModuleOp top,
                  << rt::numRanks(options.parallel) << " ranks\n";
     return 2;
   }
+  if (options.format == "json") {
+    llvm::outs() << json::write(rt::loraJson(m, options.parallel, rank,
+                                             options.loraRank),
+                                2)
+                 << "\n";
+    return 0;
+  }
   std::vector<rt::LoraTarget> table =
       rt::loraTable(m, options.parallel, rank, options.loraRank);
   std::vector<std::string> allLinear = rt::allLinearTargets(m);
-  if (options.format == "json") {
-    json::Value out = json::Value::object();
-    out.set("model", json::Value::string(m.model));
-    out.set("backend", json::Value::string(m.backend));
-    out.set("config", json::Value::string(options.parallel.str()));
-    out.set("rank", json::Value::integer(rank));
-    out.set("r", json::Value::integer(options.loraRank));
-    json::Value targets = json::Value::array();
-    auto ints = [](const std::vector<int64_t> &v) {
-      json::Value a = json::Value::array();
-      for (int64_t x : v)
-        a.push(json::Value::integer(x));
-      return a;
-    };
-    for (const rt::LoraTarget &t : table) {
-      json::Value j = json::Value::object();
-      j.set("module", json::Value::string(t.module));
-      j.set("role", json::Value::string(t.role));
-      j.set("class", json::Value::string(t.baseClass));
-      j.set("sizes", json::Value::string(t.sizes));
-      j.set("in_features", json::Value::integer(t.inFeatures));
-      j.set("out_features", json::Value::integer(t.outFeatures));
-      j.set("lora_A", ints(t.loraA));
-      j.set("lora_B", ints(t.loraB));
-      j.set("delta", ints(t.delta));
-      j.set("sharded", json::Value::string(t.sharded));
-      j.set("returns", json::Value::string(t.returns));
-      j.set("input_is_parallel", json::Value::boolean(t.inputIsParallel));
-      if (t.localExperts)
-        j.set("local_experts", json::Value::integer(t.localExperts));
-      j.set("grad_all_reduce", json::Value::strings(t.allReduceGrads));
-      targets.push(std::move(j));
-    }
-    out.set("targets", std::move(targets));
-    out.set("all_linear", json::Value::strings(allLinear));
-    llvm::outs() << json::write(out, 2) << "\n";
-    return 0;
-  }
   llvm::outs() << m.model << " on " << m.backend << ", "
                << options.parallel.str() << ", rank " << rank << ", r "
                << options.loraRank << "\n";

@@ -15,6 +15,7 @@
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Plan.h"
+#include "mdl/Runtime/Report.h"
 
 #include "llvm/Support/Regex.h"
 #include "llvm/Support/raw_ostream.h"
@@ -67,12 +68,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
   rt::Planner planner(m, options.parallel);
   if (reportInvalid(planner, options))
     return 1;
-  // Ranks are numbered with tp fastest, then ep, then pp.
   std::vector<RankContext> contexts = planner.ranks();
-  auto rankNumber = [&](const RankContext &c) {
-    return (c.ppRank * options.parallel.ep + c.epRank) * options.parallel.tp +
-           c.tpRank;
-  };
   int64_t numRanks =
       options.parallel.tp * options.parallel.pp * options.parallel.ep;
   if (options.rank >= numRanks) {
@@ -83,6 +79,13 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
   }
 
   warnDefaultAxes(options, m);
+  if (options.format == "json") {
+    llvm::outs() << json::write(rt::planJson(m, options.parallel, options.rank,
+                                             spec.config->path()),
+                                2)
+                 << "\n";
+    return 0;
+  }
   bool picture = options.format == "svg" || options.format == "diagram";
   // POSIX extended regular expressions, searched in each tensor's name.
   llvm::Regex tensorPattern(options.tensorPattern);
@@ -95,8 +98,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
   PlanPicture pictureOf(m, m.model + " on " + m.backend + ", " +
                                options.parallel.str());
 
-  json::Value jranks = json::Value::array();
-  if (options.format == "text") {
+  if (!picture) {
     llvm::outs() << m.model << " on " << m.backend << ", "
                  << options.parallel.str() << " (" << spec.config->path() << ")\n";
     for (const auto &[name, value] : m.choices)
@@ -118,91 +120,22 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
     }
   }
   int64_t lastRank = -1;
-  json::Value *jtensors = nullptr;
   for (const RankContext &ctx : contexts) {
-    int64_t r = rankNumber(ctx);
+    int64_t r = rt::rankNumber(ctx, options.parallel);
     if (options.rank >= 0 && r != options.rank)
       continue;
     if (r != lastRank && !picture) {
       lastRank = r;
-      if (options.format == "text") {
-        llvm::outs() << "rank " << r << " (" << rankText(ctx) << "):\n";
-      } else {
-        json::Value jr = json::Value::object();
-        jr.set("rank", json::Value::integer(r));
-        jr.set("tp", json::Value::integer(ctx.tpRank));
-        jr.set("pp", json::Value::integer(ctx.ppRank));
-        jr.set("ep", json::Value::integer(ctx.epRank));
-        jr.set("etp", json::Value::integer(ctx.etpRank));
-        jr.set("tensors", json::Value::array());
-        jranks.push(std::move(jr));
-        jtensors = jranks.elements().back().get("tensors");
-      }
+      llvm::outs() << "rank " << r << " (" << rankText(ctx) << "):\n";
     }
     for (const rt::LocalTensor &lt : planner.tensors(ctx, nullptr)) {
       const rt::TensorSpec &spec = m.tensors[lt.spec];
-      // A family prints once, with the range of its index.
-      std::string name;
-      for (const rt::NameSegment &s : spec.name) {
-        if (s.kind == rt::NameSegment::Text)
-          name += s.text;
-        else if (s.kind == rt::NameSegment::LayerIndex)
-          name += std::to_string(lt.localLayer);
-        else
-          for (const auto &f : lt.families)
-            if (f.first == s.atom)
-              name += "{" + s.atom + " 0.." +
-                      std::to_string(f.second.count - 1) + "}";
-      }
+      std::string name = rt::planName(m, lt);
       if (picture) {
         if (tensorPattern.match(name))
           pictureOf.add("pp " + std::to_string(ctx.ppRank) + " chunk " +
                             std::to_string(ctx.chunk),
                         name, r, axesText(ctx, options.parallel), lt);
-        continue;
-      }
-      if (options.format == "json") {
-        json::Value jt = json::Value::object();
-        jt.set("name", json::Value::string(name));
-        json::Value shape = json::Value::array();
-        for (int64_t d : lt.shape)
-          shape.push(json::Value::integer(d));
-        jt.set("shape", std::move(shape));
-        jt.set("dtype",
-               json::Value::string(std::string(safetensorsName(lt.dtype))));
-        if (options.parallel.vpp > 1)
-          jt.set("chunk", json::Value::integer(ctx.chunk));
-        if (spec.copy)
-          jt.set("copy", json::Value::boolean(true));
-        json::Value fam = json::Value::object();
-        for (const auto &f : lt.families)
-          fam.set(f.first, json::Value::array(
-                               {json::Value::integer(f.second.lo),
-                                json::Value::integer(f.second.lo +
-                                                     f.second.count)}));
-        if (!lt.families.empty())
-          jt.set("families", std::move(fam));
-        json::Value slices = json::Value::array();
-        for (const rt::Piece &p : lt.pieces) {
-          const rt::Param &param = m.params[p.param];
-          json::Value js = json::Value::object();
-          js.set("param", json::Value::string(param.path));
-          json::Value box = json::Value::object(), strides = json::Value::object();
-          for (size_t a = 0; a < param.atoms.size(); ++a) {
-            // [begin, end), as the text form's `lo:hi`.
-            box.set(param.atoms[a],
-                    json::Value::array({json::Value::integer(p.lo[a]),
-                                        json::Value::integer(p.lo[a] +
-                                                             p.count[a])}));
-            strides.set(param.atoms[a], json::Value::integer(p.stride[a]));
-          }
-          js.set("box", std::move(box));
-          js.set("offset", json::Value::integer(p.base));
-          js.set("strides", std::move(strides));
-          slices.push(std::move(js));
-        }
-        jt.set("slices", std::move(slices));
-        jtensors->push(std::move(jt));
         continue;
       }
       llvm::outs() << "  " << name << " " << shapeText(lt.shape, ", ") << " "
@@ -246,32 +179,6 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
     llvm::outs() << (options.format == "svg" ? pictureOf.svg()
                                              : pictureOf.diagram());
     return 0;
-  }
-  if (options.format == "json") {
-    json::Value out = json::Value::object();
-    out.set("model", json::Value::string(m.model));
-    out.set("backend", json::Value::string(m.backend));
-    out.set("config", json::Value::string(options.parallel.str()));
-    out.set("source", json::Value::string(spec.config->path()));
-    json::Value caps = json::Value::object();
-    for (const auto &[name, has] : m.capabilities)
-      caps.set(name, json::Value::boolean(has));
-    out.set("capabilities", std::move(caps));
-    json::Value paths = json::Value::array();
-    for (const rt::KernelPath &k : rt::kernelPaths(m)) {
-      json::Value p = json::Value::object();
-      p.set("instance", json::Value::string(k.instance));
-      p.set("capability", json::Value::string(k.capability));
-      p.set("path", json::Value::string(k.fast       ? "fast"
-                                        : k.fallback ? "fallback"
-                                                     : "none"));
-      if (k.fallback)
-        p.set("fallback", json::Value::string(*k.fallback));
-      paths.push(std::move(p));
-    }
-    out.set("paths", std::move(paths));
-    out.set("ranks", std::move(jranks));
-    llvm::outs() << json::write(out, 2) << "\n";
   }
   return 0;
 }

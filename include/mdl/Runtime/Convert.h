@@ -63,7 +63,8 @@ public:
   /// The number of worker threads writeRank() uses (by default the CPUs
   /// this process may use: usableCpus()).
   void setThreads(unsigned n);
-  /// The source ranks whose tensors target rank `rank` reads.
+  /// The source ranks whose tensors target rank `rank` reads (a box that
+  /// several ranks hold is read from the first).
   std::vector<int64_t> sourcesOf(int64_t rank) const;
   /// Writes target rank `rank` to `path` (safetensors, atomically). The
   /// sources it reads must have been added, and no source is added after.
@@ -106,11 +107,47 @@ public:
                   const std::function<void(size_t)> &written = nullptr,
                   const WriterFactory &makeWriter = nullptr);
 
+  /// A tensor of a target rank in memory: `bytes` bytes at `data`.
+  struct MemoryTarget {
+    std::string name;
+    uint8_t *data = nullptr;
+    uint64_t bytes = 0;
+  };
+  /// Fills the tensors `targets` of target rank `rank` in memory, as
+  /// writeFiles() fills files, on the worker threads. With `onlyParams`,
+  /// only the slices of those parameters (paths) are written and the rest
+  /// of each tensor is left as it is (an update of some weights).
+  bool fillTensors(int64_t rank, const std::vector<MemoryTarget> &targets,
+                   std::string &error,
+                   const std::set<std::string> *onlyParams = nullptr);
+
+  /// One copy of a plan: the box [lo, lo + count) of a parameter (per
+  /// atom) from a tensor of a source rank into a tensor of the target
+  /// rank.
+  struct PlannedCopy {
+    std::string target;
+    int64_t sourceRank = 0;
+    std::string source;
+    std::string param;
+    std::vector<std::string> atoms;
+    std::vector<int64_t> lo, count;
+  };
+  /// The copies that make target rank `rank`, from the sources added
+  /// (their data is not read: a source may be a description without
+  /// data), restricted to `onlyParams` when given.
+  std::vector<PlannedCopy>
+  plannedCopies(int64_t rank,
+                const std::set<std::string> *onlyParams = nullptr) const;
+
 private:
   struct View {
     const uint8_t *data = nullptr;
     uint64_t bytes = 0; // of the source tensor
+    /// The mapped file it is in, or null for a tensor in memory (which is
+    /// never released nor copied from a file).
     const std::string *file = nullptr;
+    /// The source tensor's name.
+    const std::string *tensor = nullptr;
     uint64_t fileOffset = 0; // of its bytes in `file`
     DType dtype = DType::BF16;
     int64_t offset = 0;
@@ -137,8 +174,14 @@ private:
   std::vector<std::shared_ptr<Checkpoint>> keep;
   /// Per parameter of the source layout: the views that hold it.
   std::map<std::string, std::vector<View>> views;
-  /// Per parameter path of the source layout: which source ranks hold it.
-  std::map<std::string, std::vector<int64_t>> holders;
+  /// Per parameter path of the source layout: each box of it the source
+  /// ranks hold, with the first rank that holds it (a replicated box is
+  /// read from there only).
+  struct HeldBox {
+    int64_t rank;
+    std::vector<int64_t> lo, count;
+  };
+  std::map<std::string, std::vector<HeldBox>> holders;
 };
 
 } // namespace mdl::rt

@@ -44,6 +44,15 @@ bool preadAll(int fd, uint8_t *dst, size_t n, uint64_t offset);
 bool readFile(const std::string &path, std::string &out, std::string &error,
               uint64_t maxSize = kMaxTextFileSize);
 
+/// Writes a small file atomically: to `<path>.tmp.<pid>`, renamed over
+/// `path`.
+bool writeFileAtomically(const std::string &path, const std::string &text,
+                         std::string &error);
+
+/// Creates directory `path` (its parent must exist); true when it exists
+/// already. `created` says whether this call made it.
+bool makeDirectory(const std::string &path, bool &created, std::string &error);
+
 /// The absolute path `path` names with every symbolic link resolved; for a
 /// path that does not exist yet, its nearest existing ancestor is resolved
 /// and the rest appended.

@@ -392,6 +392,12 @@ template <typename F> Value comprehend(Eval &e, const Value &src, F body) {
   return out;
 }
 
+/// Compares the stacks of two instances of one model: an override may ask
+/// for fewer elements than the checkpoint's config (at `configPath`) has,
+/// never more. The reason when `asked` has more, else nothing.
+std::optional<std::string> deeperThan(Instance &asked, Instance &has,
+                                      const std::string &configPath);
+
 //===----------------------------------------------------------------------===//
 // Binding
 //===----------------------------------------------------------------------===//

@@ -237,6 +237,13 @@ public:
     /// The header, when opened headers-only or from a torch checkpoint
     /// (whose tensors' offsets are in the archive, with dataStart 0).
     SafetensorsHeader readHeader;
+    /// Tensors in memory (a process's own, see inMemory()): the address of
+    /// each tensor of readHeader, in its order.
+    std::vector<const uint8_t *> memory;
+
+    /// Whether its bytes are a mapped file, whose pages may be dropped
+    /// and read again (SafetensorsFile::release).
+    bool mapped() const { return file || zip; }
 
     const SafetensorsHeader &header() const {
       return file ? file->header() : readHeader;
@@ -265,6 +272,21 @@ public:
   static std::unique_ptr<Checkpoint>
   openFiles(const std::vector<std::string> &paths, std::string &error,
             bool headersOnly = false);
+
+  /// A tensor in a process's memory (a framework's state dict): shape x
+  /// dtype bytes at `data`, which must stay valid while the checkpoint is
+  /// read; null for a description without data.
+  struct MemoryTensor {
+    std::string name;
+    DType dtype = DType::BF16;
+    std::vector<int64_t> shape;
+    const void *data = nullptr;
+  };
+  /// The tensors `tensors` as one checkpoint named `what` (in messages).
+  /// Fails on a duplicate name or a size that overflows.
+  static std::unique_ptr<Checkpoint>
+  inMemory(std::string what, const std::vector<MemoryTensor> &tensors,
+           std::string &error);
 
   const std::vector<std::unique_ptr<Shard>> &shards() const {
     return shardList;

@@ -1,0 +1,539 @@
+//===- MDLModule.cpp - The mdl._mdl Python extension ----------------------===//
+//
+// The runtime as Python sees it: a model instantiated for a config (and,
+// for an HF checkpoint, as its files hold it), its plans and LoRA tables as
+// the JSON `mdlc` prints, and conversions between layouts whose sources and
+// targets are tensors in the process's memory, given as (name, dtype,
+// shape, address). The Python package (mdl/__init__.py) turns torch tensors
+// and numpy arrays into those and back. Every runtime error is raised as
+// mdl.Error with the runtime's message; the work runs without the GIL.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mdl/Runtime/Adapter.h"
+#include "mdl/Runtime/CheckpointDir.h"
+#include "mdl/Runtime/Cli.h"
+#include "mdl/Runtime/Convert.h"
+#include "mdl/Runtime/Detect.h"
+#include "mdl/Runtime/File.h"
+#include "mdl/Runtime/Generated.h"
+#include "mdl/Runtime/Report.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace py = pybind11;
+using namespace mdl;
+using namespace mdl::rt;
+
+namespace {
+
+/// What the runtime reports, raised in Python as mdl.Error.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A tensor as Python hands it over: name, dtype (safetensors spelling),
+/// shape and the address of its contiguous bytes.
+using TensorArg =
+    std::tuple<std::string, std::string, std::vector<int64_t>, uintptr_t>;
+
+DType dtypeOf(const std::string &tensor, const std::string &name) {
+  std::optional<DType> t = parseDType(name);
+  if (!t)
+    throw Error("tensor '" + tensor + "' has dtype " + name +
+                ", which MDL does not know");
+  return *t;
+}
+
+ParallelConfig parallelOf(const std::map<std::string, py::object> &given) {
+  ParallelConfig c;
+  for (const auto &[key, value] : given) {
+    if (value.is_none())
+      continue;
+    if (key == "sp") {
+      c.sp = value.cast<bool>();
+      continue;
+    }
+    int64_t n = value.cast<int64_t>();
+    if (key == "tp")
+      c.tp = n;
+    else if (key == "pp")
+      c.pp = n;
+    else if (key == "ep")
+      c.ep = n;
+    else if (key == "etp")
+      c.etp = n;
+    else if (key == "vpp")
+      c.vpp = n;
+    else if (key == "first_stage_layers")
+      c.firstStageLayers = n;
+    else if (key == "last_stage_layers")
+      c.lastStageLayers = n;
+    else
+      throw Error("unknown parallel axis '" + key +
+                  "' (tp, pp, ep, etp, vpp, sp, first_stage_layers, "
+                  "last_stage_layers)");
+  }
+  if (std::optional<std::string> why = c.checkBounds())
+    throw Error(*why);
+  return c;
+}
+
+/// A model of the compiled-in library instantiated for a config.json; with
+/// a checkpoint, as the checkpoint holds it (storage variants and open
+/// config entries settled from its tensor names, as mdl-convert does).
+class PyModel {
+public:
+  PyModel(const std::string &configPath, std::string name,
+          const std::vector<std::pair<std::string, std::string>> &overrides,
+          const std::map<std::string, std::string> &choices,
+          const std::string &checkpoint)
+      : configPath(configPath), choices(choices) {
+    std::string error;
+    std::optional<HFConfig> plain = HFConfig::load(configPath, error);
+    if (!plain)
+      throw Error(error);
+    if (name.empty()) {
+      const ModelDecl *serving = servingModel(*plain, error);
+      if (!serving)
+        throw Error(error);
+      name = serving->name;
+    }
+    name = cli::normalizeBackendName(name);
+    for (const Generated *g : registry())
+      if (g->model.name == name) {
+        unit = g;
+        if (g->backend.name != "hf")
+          backendNames.push_back(g->backend.name);
+      }
+    if (!unit)
+      throw Error("no model named '" + name + "' is compiled in");
+    std::vector<std::pair<std::string, std::string>> settled;
+    std::shared_ptr<Model> held;
+    if (!checkpoint.empty()) {
+      hfCheckpoint = Checkpoint::open(checkpoint, error);
+      if (!hfCheckpoint)
+        throw Error(error);
+      std::optional<Detection> d = detectCheckpoint(
+          unit->model, unit->hf, *plain, overrides, choices,
+          [&](const std::string &t) { return hfCheckpoint->find(t); }, error);
+      if (!d)
+        throw Error(error);
+      held = d->model;
+      this->choices = d->choices;
+      settled = d->values;
+    }
+    HFConfig config = *plain;
+    for (const auto &[k, v] : settled)
+      config.addOverride(k, v);
+    for (const auto &[k, v] : overrides)
+      config.addOverride(k, v);
+    instance =
+        held && overrides.empty()
+            ? held
+            : std::shared_ptr<Model>(Model::create(unit->model, config, error));
+    if (!instance)
+      throw Error(error);
+    // Tensors of stack elements the overrides leave out are in the
+    // checkpoint but not read.
+    if (held && held != instance) {
+      if (std::optional<std::string> deeper =
+              deeperThan(instance->root(), held->root(), configPath))
+        throw Error(*deeper);
+      heldHf = bindTo(held, "hf");
+      dropped = droppedTensors(*heldHf, binding("hf"), ParallelConfig(), 0);
+    }
+  }
+
+  const std::string &name() const { return unit->model.name; }
+  std::vector<std::string> backends() const {
+    std::vector<std::string> out = {"hf"};
+    out.insert(out.end(), backendNames.begin(), backendNames.end());
+    return out;
+  }
+
+  const Binding &binding(const std::string &backend) {
+    std::string b = cli::normalizeBackendName(backend);
+    std::unique_ptr<Binding> &slot = bindings[b];
+    if (!slot)
+      slot = bindTo(instance, b);
+    return *slot;
+  }
+
+  std::vector<std::string> validate(const std::string &backend,
+                                    const ParallelConfig &c) {
+    return binding(backend).validate(c);
+  }
+  /// The configuration, or mdl.Error with every reason it is invalid.
+  const Binding &valid(const std::string &backend, const ParallelConfig &c) {
+    const Binding &b = binding(backend);
+    std::vector<std::string> why = b.validate(c);
+    if (!why.empty()) {
+      std::string all;
+      for (const std::string &w : why)
+        all += "\n  " + w;
+      throw Error(c.str() + " is not a valid configuration of " + name() +
+                  " on " + b.layout().backend + ":" + all);
+    }
+    return b;
+  }
+  void checkRank(const ParallelConfig &c, int64_t rank) {
+    if (rank < 0 || rank >= numRanks(c))
+      throw Error("rank " + std::to_string(rank) + " does not exist: " +
+                  c.str() + " has " + std::to_string(numRanks(c)) + " ranks");
+  }
+
+  std::string planJson(const std::string &backend, const ParallelConfig &c,
+                       int64_t rank) {
+    const Binding &b = valid(backend, c);
+    if (rank >= 0)
+      checkRank(c, rank);
+    return json::write(rt::planJson(b.layout(), c, rank, configPath), 2);
+  }
+  std::string loraJson(const std::string &backend, const ParallelConfig &c,
+                       int64_t rank, int64_t r) {
+    // The modules the backend builds with LoRA enabled.
+    std::map<std::string, std::string> withLora = choices;
+    const BackendDecl &decl = backendDecl(backend);
+    selectLoraModules(decl.choices, withLora);
+    std::string error;
+    std::unique_ptr<Binding> b = Binding::bind(instance, decl, withLora, error);
+    if (!b)
+      throw Error(error);
+    std::vector<std::string> why = b->validate(c);
+    if (!why.empty())
+      valid(backend, c); // raises with the reasons
+    checkRank(c, rank);
+    return json::write(rt::loraJson(b->layout(), c, rank, r), 2);
+  }
+
+  /// The tensors of a rank: (name, shape, dtype).
+  std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>>
+  rankTensors(const std::string &backend, const ParallelConfig &c,
+              int64_t rank) {
+    const Binding &b = valid(backend, c);
+    checkRank(c, rank);
+    std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>> out;
+    for (const RankTensor &t : b.rankTensors(c, rank))
+      out.emplace_back(t.name, t.shape, std::string(safetensorsName(t.dtype)));
+    return out;
+  }
+
+  /// The source ranks target rank `rank` reads.
+  std::vector<int64_t> sourcesOf(const std::string &from,
+                                 const ParallelConfig &fromConfig,
+                                 const std::string &to,
+                                 const ParallelConfig &toConfig, int64_t rank) {
+    Converter converter(valid(from, fromConfig), fromConfig,
+                        valid(to, toConfig), toConfig);
+    checkRank(toConfig, rank);
+    return converter.sourcesOf(rank);
+  }
+
+  /// Fills the tensors `targets` of rank `rank` of `to` from `sources`
+  /// (rank -> tensors) of `from`, or from the checkpoint the model was
+  /// opened with.
+  void convert(const std::string &from, const ParallelConfig &fromConfig,
+               const std::map<int64_t, std::vector<TensorArg>> &sources,
+               const std::string &to, const ParallelConfig &toConfig,
+               int64_t rank, const std::vector<TensorArg> &targets,
+               const std::optional<std::set<std::string>> &onlyParams,
+               unsigned threads) {
+    Converter converter(valid(from, fromConfig), fromConfig,
+                        valid(to, toConfig), toConfig);
+    checkRank(toConfig, rank);
+    if (threads)
+      converter.setThreads(threads);
+    addSources(converter, from, fromConfig, sources, rank);
+    std::vector<Converter::MemoryTarget> memory;
+    const std::vector<RankTensor> expected =
+        binding(to).rankTensors(toConfig, rank);
+    for (const auto &[name, dtype, shape, address] : targets) {
+      auto it =
+          std::find_if(expected.begin(), expected.end(),
+                       [&](const RankTensor &t) { return t.name == name; });
+      if (it != expected.end() &&
+          (it->shape != shape || it->dtype != dtypeOf(name, dtype)))
+        throw Error("tensor '" + name + "' is " + shapeText(shape) + " " +
+                    dtype + ", but rank " + std::to_string(rank) + " of " +
+                    name_() + " on " + to + " holds it as " +
+                    shapeText(it->shape) + " " +
+                    std::string(safetensorsName(it->dtype)));
+      uint64_t bytes = byteSize(dtypeOf(name, dtype));
+      for (int64_t d : shape)
+        bytes *= uint64_t(d);
+      memory.push_back({name, reinterpret_cast<uint8_t *>(address), bytes});
+    }
+    std::string error;
+    bool ok;
+    {
+      py::gil_scoped_release unlocked;
+      ok = converter.fillTensors(rank, memory, error,
+                                 onlyParams ? &*onlyParams : nullptr);
+    }
+    if (!ok)
+      throw Error(error);
+  }
+
+  /// The copies that make rank `rank` of `to` from `from`: (target tensor,
+  /// source rank, source tensor, parameter, atoms, lo, count).
+  std::vector<py::tuple>
+  plannedCopies(const std::string &from, const ParallelConfig &fromConfig,
+                const std::string &to, const ParallelConfig &toConfig,
+                int64_t rank,
+                const std::optional<std::set<std::string>> &onlyParams) {
+    Converter converter(valid(from, fromConfig), fromConfig,
+                        valid(to, toConfig), toConfig);
+    checkRank(toConfig, rank);
+    // Descriptions of the source ranks, without data.
+    std::map<int64_t, std::vector<TensorArg>> described;
+    for (int64_t s : converter.sourcesOf(rank))
+      for (const RankTensor &t : binding(from).rankTensors(fromConfig, s))
+        described[s].emplace_back(t.name, std::string(safetensorsName(t.dtype)),
+                                  t.shape, 0);
+    addSources(converter, from, fromConfig, described, rank);
+    std::vector<py::tuple> out;
+    for (const Converter::PlannedCopy &c :
+         converter.plannedCopies(rank, onlyParams ? &*onlyParams : nullptr))
+      out.push_back(py::make_tuple(c.target, c.sourceRank, c.source, c.param,
+                                   c.atoms, c.lo, c.count));
+    return out;
+  }
+
+  /// Writes the HF checkpoint of `sources` (rank -> tensors of `from`) to
+  /// `outDir` as mdl-convert --to hf does: model.safetensors, or shards
+  /// and their index above `maxShard` bytes, and config.json.
+  void saveHf(const std::string &from, const ParallelConfig &fromConfig,
+              const std::map<int64_t, std::vector<TensorArg>> &sources,
+              const std::string &outDir, const std::string &maxShardSize,
+              unsigned threads) {
+    std::optional<uint64_t> maxShard = parseByteSize(maxShardSize);
+    if (!maxShard || !*maxShard)
+      throw Error("max_shard_size takes a size such as 5GB, 500MB, 20KB or "
+                  "a number of bytes, not '" +
+                  maxShardSize + "'");
+    const Binding &hf = binding("hf");
+    Converter converter(valid(from, fromConfig), fromConfig, hf,
+                        ParallelConfig());
+    if (threads)
+      converter.setThreads(threads);
+    addSources(converter, from, fromConfig, sources, 0);
+    std::string error;
+    bool created;
+    if (!makeDirectory(outDir, created, error))
+      throw Error(error);
+    OutputFiles output = planOutputFiles(hf, ParallelConfig(), {0}, outDir,
+                                         /*hfLayout=*/true, *maxShard);
+    bool ok;
+    {
+      py::gil_scoped_release unlocked;
+      ok = converter.writeFiles(output.files, error);
+    }
+    std::string configText;
+    if (!ok ||
+        (!output.indexPath.empty() &&
+         !writeFileAtomically(output.indexPath, output.indexText, error)) ||
+        !readFile(configPath, configText, error) ||
+        !writeFileAtomically(outDir + "/config.json", configText, error))
+      throw Error(error);
+  }
+
+  /// The derived tensors of a backend: (name, the parameters they are
+  /// computed from, the events that refresh them).
+  std::vector<std::tuple<std::string, std::vector<std::string>,
+                         std::vector<std::string>>>
+  derived(const std::string &backend) {
+    const Binding &b = binding(backend);
+    std::vector<std::tuple<std::string, std::vector<std::string>,
+                           std::vector<std::string>>>
+        out;
+    for (const ModelLayout::DerivedTensor &d : b.derived()) {
+      std::vector<std::string> params;
+      for (int p : d.params)
+        params.push_back(b.layout().params[size_t(p)].path);
+      out.emplace_back(d.name, params, d.recompute);
+    }
+    return out;
+  }
+
+  /// The paths of the parameters of the model.
+  std::vector<std::string> params() {
+    std::vector<std::string> out;
+    for (const Param &p : binding("hf").layout().params)
+      out.push_back(p.path);
+    return out;
+  }
+
+  const std::string &configFile() const { return configPath; }
+
+private:
+  const std::string &name_() const { return unit->model.name; }
+
+  const BackendDecl &backendDecl(const std::string &backend) {
+    std::string b = cli::normalizeBackendName(backend);
+    if (b == "hf")
+      return unit->hf;
+    if (const Generated *g = findGenerated(unit->model.name, b))
+      return g->backend;
+    throw Error("model '" + name_() + "' has no backend '" + backend + "'" +
+                cli::didYouMean(b, backends()));
+  }
+
+  std::unique_ptr<Binding> bindTo(std::shared_ptr<Model> model,
+                                  const std::string &backend) {
+    std::string error;
+    std::unique_ptr<Binding> b =
+        Binding::bind(std::move(model), backendDecl(backend), choices, error);
+    if (!b)
+      throw Error(error);
+    return b;
+  }
+
+  /// Adds the sources target rank `rank` reads: the tensors given for
+  /// each source rank, or the model's HF checkpoint.
+  void addSources(Converter &converter, const std::string &from,
+                  const ParallelConfig &fromConfig,
+                  const std::map<int64_t, std::vector<TensorArg>> &sources,
+                  int64_t rank) {
+    std::string error;
+    for (int64_t s : converter.sourcesOf(rank)) {
+      std::shared_ptr<Checkpoint> ckpt;
+      std::set<std::string> skip;
+      auto given = sources.find(s);
+      if (given != sources.end()) {
+        std::vector<Checkpoint::MemoryTensor> tensors;
+        for (const auto &[name, dtype, shape, address] : given->second)
+          tensors.push_back({name, dtypeOf(name, dtype), shape,
+                             reinterpret_cast<const void *>(address)});
+        ckpt = Checkpoint::inMemory("the tensors of rank " + std::to_string(s),
+                                    tensors, error);
+      } else if (cli::normalizeBackendName(from) == "hf" && hfCheckpoint) {
+        ckpt = hfCheckpoint;
+        skip = dropped;
+      } else {
+        throw Error("the tensors of source rank " + std::to_string(s) + " of " +
+                    name_() + " on " + from + " at " + fromConfig.str() +
+                    " are needed but not given");
+      }
+      if (!ckpt || !converter.addSource(s, ckpt, error, skip))
+        throw Error(error);
+    }
+  }
+
+  const Generated *unit = nullptr;
+  std::vector<std::string> backendNames;
+  std::string configPath;
+  std::map<std::string, std::string> choices;
+  std::shared_ptr<Checkpoint> hfCheckpoint;
+  std::shared_ptr<Model> instance;
+  std::unique_ptr<Binding> heldHf;
+  std::set<std::string> dropped;
+  std::map<std::string, std::unique_ptr<Binding>> bindings;
+};
+
+/// Every compiled-in model: name, spec file, backends, model types and
+/// architectures it serves.
+py::list models() {
+  std::map<std::string, py::dict> byName;
+  py::list out;
+  for (const Generated *g : registry()) {
+    py::dict &d = byName[g->model.name];
+    if (!d.contains("name")) {
+      d["name"] = g->model.name;
+      d["spec"] = g->model.spec;
+      d["backends"] = py::list();
+      d["model_types"] = g->model.modelTypes;
+      d["architectures"] = g->model.architectures;
+    }
+    d["backends"].cast<py::list>().append(g->backend.name);
+  }
+  for (auto &[name, d] : byName)
+    out.append(d);
+  return out;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_mdl, m) {
+  m.doc() = "MDL's runtime: plans, LoRA tables and conversions in memory";
+  m.attr("__version__") = cli::kVersion;
+  static py::exception<Error> error(m, "Error", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p)
+        std::rethrow_exception(p);
+    } catch (const Error &e) {
+      error(e.what());
+    }
+  });
+  m.def("models", &models);
+  m.def("parallel_text", [](const std::map<std::string, py::object> &p) {
+    return parallelOf(p).str();
+  });
+  m.def("num_ranks", [](const std::map<std::string, py::object> &p) {
+    return numRanks(parallelOf(p));
+  });
+  using Parallel = const std::map<std::string, py::object> &;
+  py::class_<PyModel>(m, "Model")
+      .def(py::init<const std::string &, std::string,
+                    const std::vector<std::pair<std::string, std::string>> &,
+                    const std::map<std::string, std::string> &,
+                    const std::string &>(),
+           py::arg("config"), py::arg("name"), py::arg("overrides"),
+           py::arg("choices"), py::arg("checkpoint"))
+      .def_property_readonly("name", &PyModel::name)
+      .def_property_readonly("config", &PyModel::configFile)
+      .def_property_readonly("backends", &PyModel::backends)
+      .def_property_readonly("params", &PyModel::params)
+      .def("validate",
+           [](PyModel &self, const std::string &b, Parallel p) {
+             return self.validate(b, parallelOf(p));
+           })
+      .def("plan_json",
+           [](PyModel &self, const std::string &b, Parallel p, int64_t rank) {
+             return self.planJson(b, parallelOf(p), rank);
+           })
+      .def("lora_json",
+           [](PyModel &self, const std::string &b, Parallel p, int64_t rank,
+              int64_t r) { return self.loraJson(b, parallelOf(p), rank, r); })
+      .def("rank_tensors",
+           [](PyModel &self, const std::string &b, Parallel p, int64_t rank) {
+             return self.rankTensors(b, parallelOf(p), rank);
+           })
+      .def("sources_of",
+           [](PyModel &self, const std::string &from, Parallel fp,
+              const std::string &to, Parallel tp, int64_t rank) {
+             return self.sourcesOf(from, parallelOf(fp), to, parallelOf(tp),
+                                   rank);
+           })
+      .def("convert",
+           [](PyModel &self, const std::string &from, Parallel fp,
+              const std::map<int64_t, std::vector<TensorArg>> &sources,
+              const std::string &to, Parallel tp, int64_t rank,
+              const std::vector<TensorArg> &targets,
+              const std::optional<std::set<std::string>> &only,
+              unsigned threads) {
+             self.convert(from, parallelOf(fp), sources, to, parallelOf(tp),
+                          rank, targets, only, threads);
+           })
+      .def("planned_copies",
+           [](PyModel &self, const std::string &from, Parallel fp,
+              const std::string &to, Parallel tp, int64_t rank,
+              const std::optional<std::set<std::string>> &only) {
+             return self.plannedCopies(from, parallelOf(fp), to, parallelOf(tp),
+                                       rank, only);
+           })
+      .def("save_hf",
+           [](PyModel &self, const std::string &from, Parallel fp,
+              const std::map<int64_t, std::vector<TensorArg>> &sources,
+              const std::string &out, const std::string &maxShard,
+              unsigned threads) {
+             self.saveHf(from, parallelOf(fp), sources, out, maxShard, threads);
+           })
+      .def("derived", &PyModel::derived);
+}
