@@ -29,7 +29,7 @@ esac
 packages=(g++ cmake ninja-build python3 python3-numpy python3-torch llvm-19-dev libmlir-19-dev
           mlir-19-tools llvm-19-tools antlr4 libantlr4-runtime-dev libfmt-dev
           uuid-dev pkg-config librsvg2-bin clang-19 libclang-rt-19-dev
-          openmpi-bin libopenmpi-dev)
+          openmpi-bin libopenmpi-dev python3-dev pybind11-dev python3-pytest)
 # The editor grammar's test runs on node with modules from npm; a node that
 # is already there (e.g. from NodeSource, which bundles npm) is used as is.
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)

@@ -10,10 +10,11 @@ tree, so that they run as written from its top. In the shown output a line
 
 A block right after the line `<!-- docs-test: skip (REASON) -->` is not run.
 
-The scratch directory also holds `qwen3-hf` and `ds-hf`, the HF
-checkpoints the README's conversion examples start from: the small test
-configs `test/Conversion/Inputs/qwen3.json` and `deepseek_v3.json` with
-random weights, written with `mdl-safetensors write`.
+The scratch directory also holds `qwen3-hf`, `ds-hf` and `qwen3_5-hf`, the
+HF checkpoints the README's conversion and Python examples start from: the
+small test configs `test/Conversion/Inputs/qwen3.json`, `deepseek_v3.json`
+and `qwen3_5.json` with random weights, written with `mdl-safetensors
+write`.
 
 Usage: run_examples.py --src SRC_DIR --build BUILD_DIR --work DIR FILE.md...
 """
@@ -107,6 +108,8 @@ def main():
                 "test/Conversion/Inputs/qwen3.json")
         make_hf(work, env, "ds-hf", "models/deepseek_v3.mdl",
                 "test/Conversion/Inputs/deepseek_v3.json")
+        make_hf(work, env, "qwen3_5-hf", "models/qwen3_5.mdl",
+                "test/Conversion/Inputs/qwen3_5.json")
         for line, skip, body in blocks(md):
             commands = []
             for text in body:
