@@ -707,7 +707,8 @@ void Generator::layout(const LayoutDecl *d) {
         blockArgs.push_back({t->forVar->name, i64()});
       }
       auto op = builder.create<TensorOp>(l, name, layoutAttr, forStack, copy,
-                                         offset, stored, split, splitBy, on);
+                                         offset, stored, split, splitBy, on,
+                                         /*reads_context=*/false);
       if (!args.empty())
         yieldRegion(op.getNameArgs(), args, blockArgs);
       if (view) {

@@ -304,3 +304,27 @@ void mdl::rt::setConfigKey(json::Value &config, const std::string &key,
   }
   node->set(key.substr(start), v);
 }
+
+std::string mdl::rt::outputConfigText(
+    const std::string &text,
+    const std::vector<std::pair<std::string, std::string>> &overrides,
+    std::optional<DType> castTo, const ModelLayout &target) {
+  json::ParseError perr;
+  std::optional<json::Value> config = json::parse(text, perr);
+  if (!config)
+    return text;
+  bool changed = !overrides.empty() || castTo;
+  for (const auto &[k, v] : overrides)
+    setConfigKey(*config, k, v);
+  if (castTo) {
+    setConfigKey(*config, "torch_dtype", std::string(torchName(*castTo)));
+    setConfigKey(*config, "dtype", std::string(torchName(*castTo)),
+                 /*create=*/false);
+  }
+  // A checkpoint of FP8 weights dequantized is one of the dequantized
+  // model.
+  if (std::any_of(target.tensors.begin(), target.tensors.end(),
+                  [](const TensorSpec &t) { return t.dequantized; }))
+    changed |= config->erase("quantization_config");
+  return changed ? json::write(*config, 2) + "\n" : text;
+}

@@ -479,11 +479,16 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
   return true;
 }
 
-std::vector<int64_t> Converter::sourcesOf(int64_t rank) const {
+std::vector<int64_t>
+Converter::sourcesOf(int64_t rank,
+                     const std::set<std::string> *onlyParams) const {
   std::set<int64_t> out;
   for (const RankTensor &t : to.rankTensors(toConfig, rank))
     for (const Piece &pc : t.pieces) {
-      auto it = holders.find(to.layout().params[size_t(pc.param)].path);
+      const std::string &path = to.layout().params[size_t(pc.param)].path;
+      if (onlyParams && !onlyParams->count(path))
+        continue;
+      auto it = holders.find(path);
       if (it == holders.end())
         continue;
       for (const HeldBox &b : it->second) {

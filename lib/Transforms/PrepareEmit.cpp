@@ -39,7 +39,7 @@ struct PrepareEmitPass
       flatten(top, backend, builder);
     top.walk([](TensorOp t) {
       if (!t.getWhen().empty() && readsContext(t.getWhen()))
-        t->setAttr("reads_context", UnitAttr::get(t.getContext()));
+        t.setReadsContext(true);
     });
   }
 

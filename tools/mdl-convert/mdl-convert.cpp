@@ -667,11 +667,9 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
   }
   // The target's weights in another dtype: an instance whose config says
   // it (the output's config.json says it too).
-  std::vector<std::pair<std::string, std::string>> configKeys = load.overrides;
   std::shared_ptr<Model> targetInstance = instance;
   if (castTo) {
     std::string name(torchName(*castTo));
-    configKeys.push_back({"torch_dtype", name});
     HFConfig cast = config;
     for (const char *key : {"torch_dtype", "dtype"})
       cast.addOverride(key, name);
@@ -953,25 +951,8 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
   // config.json and plan.json describe what was written.
   std::string configText;
   readFile(configPath, configText);
-  json::ParseError perr;
-  std::optional<json::Value> outConfig = json::parse(configText, perr);
-  if (outConfig) {
-    bool changed = !configKeys.empty();
-    // The overrides and the dtype hold in the output's config.
-    for (const auto &[k, v] : configKeys)
-      setConfigKey(*outConfig, k, v);
-    if (castTo)
-      setConfigKey(*outConfig, "dtype", std::string(torchName(*castTo)),
-                   /*create=*/false);
-    // A target that holds FP8 weights dequantized is a checkpoint of the
-    // dequantized model: its config describes no quantization.
-    const std::vector<TensorSpec> &targetTensors = to->layout().tensors;
-    if (std::any_of(targetTensors.begin(), targetTensors.end(),
-                    [](const TensorSpec &t) { return t.dequantized; }))
-      changed |= outConfig->erase("quantization_config");
-    if (changed)
-      configText = json::write(*outConfig, 2) + "\n";
-  }
+  configText =
+      outputConfigText(configText, load.overrides, castTo, to->layout());
   json::Value plan = json::Value::object();
   plan.set("model", json::Value::string(model));
   plan.set("backend", json::Value::string(toName));

@@ -80,6 +80,16 @@ bool carryFiles(const std::string &inDir, const std::string &outDir,
 void setConfigKey(json::Value &config, const std::string &key,
                   const std::string &value, bool create = true);
 
+/// The config.json of a conversion's output from the source's `text`: the
+/// overrides and the dtype it was cast to (`torch_dtype`, and `dtype` where
+/// present) hold in it, and a target that holds FP8 weights dequantized
+/// (`target`) describes no quantization. `text` unchanged when nothing
+/// changes or it is not JSON.
+std::string outputConfigText(
+    const std::string &text,
+    const std::vector<std::pair<std::string, std::string>> &overrides,
+    std::optional<DType> castTo, const ModelLayout &target);
+
 } // namespace mdl::rt
 
 #endif // MDL_RUNTIME_CHECKPOINTDIR_H

@@ -64,8 +64,11 @@ public:
   /// this process may use: usableCpus()).
   void setThreads(unsigned n);
   /// The source ranks whose tensors target rank `rank` reads (a box that
-  /// several ranks hold is read from the first).
-  std::vector<int64_t> sourcesOf(int64_t rank) const;
+  /// several ranks hold is read from the first), for the slices of
+  /// `onlyParams` (paths) when given.
+  std::vector<int64_t>
+  sourcesOf(int64_t rank,
+            const std::set<std::string> *onlyParams = nullptr) const;
   /// Writes target rank `rank` to `path` (safetensors, atomically). The
   /// sources it reads must have been added, and no source is added after.
   /// `progress` is called from the worker threads, one call at a time.

@@ -56,10 +56,21 @@ ParallelConfig parallelOf(const std::map<std::string, py::object> &given) {
     if (value.is_none())
       continue;
     if (key == "sp") {
+      if (!py::isinstance<py::bool_>(value))
+        throw Error("sp takes True or False");
       c.sp = value.cast<bool>();
       continue;
     }
-    int64_t n = value.cast<int64_t>();
+    // Python's bool is an int; an axis size is not a bool.
+    if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value))
+      throw Error(key + " takes an integer, not " +
+                  std::string(py::str(py::repr(value))));
+    int64_t n;
+    try {
+      n = value.cast<int64_t>();
+    } catch (const py::cast_error &) {
+      throw Error(key + " is out of range");
+    }
     if (key == "tp")
       c.tp = n;
     else if (key == "pp")
@@ -93,7 +104,7 @@ public:
           const std::vector<std::pair<std::string, std::string>> &overrides,
           const std::map<std::string, std::string> &choices,
           const std::string &checkpoint)
-      : configPath(configPath), choices(choices) {
+      : configPath(configPath), overrides(overrides), choices(choices) {
     std::string error;
     std::optional<HFConfig> plain = HFConfig::load(configPath, error);
     if (!plain)
@@ -172,15 +183,18 @@ public:
   /// The configuration, or mdl.Error with every reason it is invalid.
   const Binding &valid(const std::string &backend, const ParallelConfig &c) {
     const Binding &b = binding(backend);
-    std::vector<std::string> why = b.validate(c);
-    if (!why.empty()) {
-      std::string all;
-      for (const std::string &w : why)
-        all += "\n  " + w;
-      throw Error(c.str() + " is not a valid configuration of " + name() +
-                  " on " + b.layout().backend + ":" + all);
-    }
+    throwInvalid(b, c);
     return b;
+  }
+  void throwInvalid(const Binding &b, const ParallelConfig &c) {
+    std::vector<std::string> why = b.validate(c);
+    if (why.empty())
+      return;
+    std::string all;
+    for (const std::string &w : why)
+      all += "\n  " + w;
+    throw Error(c.str() + " is not a valid configuration of " + name() +
+                " on " + b.layout().backend + ":" + all);
   }
   void checkRank(const ParallelConfig &c, int64_t rank) {
     if (rank < 0 || rank >= numRanks(c))
@@ -191,7 +205,7 @@ public:
   std::string planJson(const std::string &backend, const ParallelConfig &c,
                        int64_t rank) {
     const Binding &b = valid(backend, c);
-    if (rank >= 0)
+    if (rank != -1)
       checkRank(c, rank);
     return json::write(rt::planJson(b.layout(), c, rank, configPath), 2);
   }
@@ -205,10 +219,11 @@ public:
     std::unique_ptr<Binding> b = Binding::bind(instance, decl, withLora, error);
     if (!b)
       throw Error(error);
-    std::vector<std::string> why = b->validate(c);
-    if (!why.empty())
-      valid(backend, c); // raises with the reasons
+    throwInvalid(*b, c);
     checkRank(c, rank);
+    if (r < 1 || r > kMaxAxisSize)
+      throw Error("the LoRA rank r takes an integer from 1 to " +
+                  std::to_string(kMaxAxisSize) + ", not " + std::to_string(r));
     return json::write(rt::loraJson(b->layout(), c, rank, r), 2);
   }
 
@@ -225,14 +240,14 @@ public:
   }
 
   /// The source ranks target rank `rank` reads.
-  std::vector<int64_t> sourcesOf(const std::string &from,
-                                 const ParallelConfig &fromConfig,
-                                 const std::string &to,
-                                 const ParallelConfig &toConfig, int64_t rank) {
+  std::vector<int64_t>
+  sourcesOf(const std::string &from, const ParallelConfig &fromConfig,
+            const std::string &to, const ParallelConfig &toConfig, int64_t rank,
+            const std::optional<std::set<std::string>> &onlyParams) {
     Converter converter(valid(from, fromConfig), fromConfig,
                         valid(to, toConfig), toConfig);
     checkRank(toConfig, rank);
-    return converter.sourcesOf(rank);
+    return converter.sourcesOf(rank, onlyParams ? &*onlyParams : nullptr);
   }
 
   /// Fills the tensors `targets` of rank `rank` of `to` from `sources`
@@ -249,7 +264,7 @@ public:
     checkRank(toConfig, rank);
     if (threads)
       converter.setThreads(threads);
-    addSources(converter, from, fromConfig, sources, rank);
+    addSources(converter, from, fromConfig, sources, rank, onlyParams);
     std::vector<Converter::MemoryTarget> memory;
     const std::vector<RankTensor> expected =
         binding(to).rankTensors(toConfig, rank);
@@ -292,11 +307,12 @@ public:
     checkRank(toConfig, rank);
     // Descriptions of the source ranks, without data.
     std::map<int64_t, std::vector<TensorArg>> described;
-    for (int64_t s : converter.sourcesOf(rank))
+    for (int64_t s :
+         converter.sourcesOf(rank, onlyParams ? &*onlyParams : nullptr))
       for (const RankTensor &t : binding(from).rankTensors(fromConfig, s))
         described[s].emplace_back(t.name, std::string(safetensorsName(t.dtype)),
                                   t.shape, 0);
-    addSources(converter, from, fromConfig, described, rank);
+    addSources(converter, from, fromConfig, described, rank, onlyParams);
     std::vector<py::tuple> out;
     for (const Converter::PlannedCopy &c :
          converter.plannedCopies(rank, onlyParams ? &*onlyParams : nullptr))
@@ -322,7 +338,7 @@ public:
                         ParallelConfig());
     if (threads)
       converter.setThreads(threads);
-    addSources(converter, from, fromConfig, sources, 0);
+    addSources(converter, from, fromConfig, sources, 0, std::nullopt);
     std::string error;
     bool created;
     if (!makeDirectory(outDir, created, error))
@@ -339,7 +355,10 @@ public:
         (!output.indexPath.empty() &&
          !writeFileAtomically(output.indexPath, output.indexText, error)) ||
         !readFile(configPath, configText, error) ||
-        !writeFileAtomically(outDir + "/config.json", configText, error))
+        !writeFileAtomically(
+            outDir + "/config.json",
+            outputConfigText(configText, overrides, std::nullopt, hf.layout()),
+            error))
       throw Error(error);
   }
 
@@ -399,9 +418,11 @@ private:
   void addSources(Converter &converter, const std::string &from,
                   const ParallelConfig &fromConfig,
                   const std::map<int64_t, std::vector<TensorArg>> &sources,
-                  int64_t rank) {
+                  int64_t rank,
+                  const std::optional<std::set<std::string>> &onlyParams) {
     std::string error;
-    for (int64_t s : converter.sourcesOf(rank)) {
+    for (int64_t s :
+         converter.sourcesOf(rank, onlyParams ? &*onlyParams : nullptr)) {
       std::shared_ptr<Checkpoint> ckpt;
       std::set<std::string> skip;
       auto given = sources.find(s);
@@ -428,6 +449,7 @@ private:
   const Generated *unit = nullptr;
   std::vector<std::string> backendNames;
   std::string configPath;
+  std::vector<std::pair<std::string, std::string>> overrides;
   std::map<std::string, std::string> choices;
   std::shared_ptr<Checkpoint> hfCheckpoint;
   std::shared_ptr<Model> instance;
@@ -462,15 +484,7 @@ py::list models() {
 PYBIND11_MODULE(_mdl, m) {
   m.doc() = "MDL's runtime: plans, LoRA tables and conversions in memory";
   m.attr("__version__") = cli::kVersion;
-  static py::exception<Error> error(m, "Error", PyExc_ValueError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p)
-        std::rethrow_exception(p);
-    } catch (const Error &e) {
-      error(e.what());
-    }
-  });
+  py::register_exception<Error>(m, "Error", PyExc_ValueError);
   m.def("models", &models);
   m.def("parallel_text", [](const std::map<std::string, py::object> &p) {
     return parallelOf(p).str();
@@ -507,9 +521,10 @@ PYBIND11_MODULE(_mdl, m) {
            })
       .def("sources_of",
            [](PyModel &self, const std::string &from, Parallel fp,
-              const std::string &to, Parallel tp, int64_t rank) {
+              const std::string &to, Parallel tp, int64_t rank,
+              const std::optional<std::set<std::string>> &only) {
              return self.sourcesOf(from, parallelOf(fp), to, parallelOf(tp),
-                                   rank);
+                                   rank, only);
            })
       .def("convert",
            [](PyModel &self, const std::string &from, Parallel fp,

@@ -665,7 +665,7 @@ void Emitter::emitLayout(LayoutOp l, raw_ostream &os) {
         os << "      t.on = " << quote(*on) << ";\n";
       if (!t.getWhen().empty()) {
         os << "      t.when = " << fn(t.getWhen()) << ";\n";
-        if (t->hasAttr("reads_context"))
+        if (t.getReadsContext())
           os << "      t.whenReadsContext = true;\n";
       }
       os << "      t.where = " << quote(where(t)) << ";\n    }\n";

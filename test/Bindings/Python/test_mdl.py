@@ -8,6 +8,7 @@ message.
 Tiny random HF checkpoints with pairwise-distinct dimension sizes
 (test/Conversion/Inputs) are written by test/Conversion/roundtrip.py.
 """
+import hashlib
 import itertools
 import json
 import os
@@ -170,6 +171,10 @@ def test_bad_configurations_raise(hf):
         mdl.load_rank(hf_dir, backend="vllm", rank=0, pp=2)
     with pytest.raises(mdl.Error, match="rank 4 does not exist: tp=2 pp=2"):
         mdl.load_rank(hf_dir, backend="mcore_te", rank=4, tp=2, pp=2)
+    with pytest.raises(mdl.Error, match="tp takes an integer, not '2'"):
+        mdl.load_rank(hf_dir, backend="mcore_te", rank=0, tp="2")
+    with pytest.raises(mdl.Error, match="the LoRA rank r takes an integer"):
+        mdl.Model(config=config_of("qwen3")).lora("mcore_te", r=0)
     with pytest.raises(mdl.Error, match="unknown parallel axis 'tq'"):
         mdl.load_rank(hf_dir, backend="mcore_te", rank=0, tq=2)
     with pytest.raises(mdl.Error, match="has no backend 'megatron'"):
@@ -234,6 +239,29 @@ def test_save_hf_equals_mdl_convert(hf, tmp_path):
                 assert a.read() == b.read(), (size, f)
 
 
+def test_save_hf_config_keeps_overrides(hf, tmp_path):
+    """With set=, the written config says it, as mdl-convert's does."""
+    hf_dir, _ = hf["qwen3_5"]
+    drop = {"mtp_num_hidden_layers": 0}
+    ranks = [mdl.load_rank(hf_dir, backend="mcore_te", rank=r, tp=2, set=drop)
+             for r in range(2)]
+    by_python = str(tmp_path / "py")
+    mdl.save_hf(ranks, by_python, config=config_of("qwen3_5"),
+                backend="mcore_te", tp=2, set=drop)
+    native, by_tool = str(tmp_path / "native"), str(tmp_path / "tool")
+    subprocess.run([CONVERT, "--quiet", "--from", "hf", "--to", "mcore_te",
+                    "--tp", "2", "--set", "mtp_num_hidden_layers=0", hf_dir,
+                    native], check=True)
+    subprocess.run([CONVERT, "--quiet", "--from", "mcore_te", "--to", "hf",
+                    native, by_tool], check=True)
+    for f in ("config.json", "model.safetensors"):
+        with open(os.path.join(by_tool, f), "rb") as a, \
+                open(os.path.join(by_python, f), "rb") as b:
+            assert a.read() == b.read(), f
+    with open(os.path.join(by_python, "config.json")) as f:
+        assert '"mtp_num_hidden_layers": 0' in f.read()
+
+
 def test_sync_megatron_to_vllm_equals_direct_conversion(hf, tmp_path):
     hf_dir, _ = hf["qwen3_5"]
     src = ("mcore_te", {"tp": 2, "pp": 2})
@@ -258,8 +286,13 @@ def test_sync_megatron_to_vllm_equals_direct_conversion(hf, tmp_path):
         for c in copies:
             n = int(np.prod([hi - lo for lo, hi in c.box.values()]))
             elements[c.target] = elements.get(c.target, 0) + n
-        for t in plan.tensors(r):
-            assert elements[t.name] <= int(np.prod(t.shape)), t.name
+        assert [t.name for t in plan.tensors(r)] == list(got)
+        held = {t["name"]: sum(int(np.prod([hi - lo for lo, hi in
+                                             sl["box"].values()]))
+                               for sl in t["slices"])
+                for t in plan.model.plan(dst[0], rank=r, **dst[1])[
+                    "ranks"][0]["tensors"]}
+        assert elements == held
         # Only the sources it names are read.
         only = {s: ranks[s] for s in plan.sources(r)}
         again = plan.apply(only, r)
@@ -267,30 +300,37 @@ def test_sync_megatron_to_vllm_equals_direct_conversion(hf, tmp_path):
 
 
 def test_sync_of_some_parameters_touches_only_them(hf):
-    hf_dir, _ = hf["qwen3"]
+    hf_dir, _ = hf["qwen3_5"]
     src = ("mcore_te", {"tp": 2})
     dst = ("vllm", {"tp": 2})
     ranks = [mdl.load_rank(hf_dir, backend=src[0], rank=r, **src[1])
              for r in range(2)]
-    m = mdl.Model(config=config_of("qwen3"))
-    q = [p for p in m.params if p.endswith("layers.0.attn.q")]
-    assert len(q) == 1, m.params
-    plan = mdl.SyncPlan(config=config_of("qwen3"), src=src, dst=dst,
-                        params=q)
+    m = mdl.Model(config=config_of("qwen3_5"))
+    params = ["layers.0.mlp.up", "layers.3.attn.q"]
+    assert set(params) <= set(m.params), m.params
+    plan = mdl.SyncPlan(config=config_of("qwen3_5"), src=src, dst=dst,
+                        params=params)
+    assert {c.param for c in plan.copies(1)} == set(params)
     full = mdl.load_rank(hf_dir, backend="vllm", rank=1, tp=2)
-    stale = {k: torch.zeros_like(v) for k, v in full.items()}
-    got = plan.apply(ranks, 1, out=stale)
-    assert list(got) == [t.name for t in plan.tensors(1)] == \
-        ["model.layers.0.self_attn.qkv_proj.weight"]
-    qkv = got["model.layers.0.self_attn.qkv_proj.weight"]
-    written = (qkv != 0).any(dim=1)
-    assert 0 < int(written.sum()) < qkv.shape[0]
-    assert torch.equal(qkv[written], full[
-        "model.layers.0.self_attn.qkv_proj.weight"][written])
-    untouched = [n for n in stale if n not in got]
-    assert untouched and all(not stale[n].any() for n in untouched)
+    # Stale weights are 7 everywhere: what the update does not write stays.
+    stale = {k: torch.full_like(v, 7) for k, v in full.items()}
+    only = {s: ranks[s] for s in plan.sources(1)}
+    assert len(only) == 1
+    got = plan.apply(only, 1, out=stale)
+    assert list(got) == [t.name for t in plan.tensors(1)]
+    assert len(got) == 2
+    written = 0
+    for name, t in got.items():
+        fresh = t != 7
+        written += int(fresh.sum())
+        assert 0 < int(fresh.sum()) < t.numel(), name
+        assert torch.equal(t[fresh], full[name][fresh]), name
+    assert written == sum(int(np.prod([hi - lo for lo, hi in c.box.values()]))
+                          for c in plan.copies(1))
+    assert all(bool((stale[n] == 7).all()) for n in stale if n not in got)
+    assert plan.derived == []
     with pytest.raises(mdl.Error, match="has no parameter 'nope'"):
-        mdl.SyncPlan(config=config_of("qwen3"), src=src, dst=dst,
+        mdl.SyncPlan(config=config_of("qwen3_5"), src=src, dst=dst,
                      params=["nope"])
 
 
@@ -332,7 +372,7 @@ def test_numpy_without_torch(hf):
     uint16 bits)."""
     hf_dir, original = hf["qwen3"]
     code = """
-import sys
+import hashlib, sys
 sys.modules["torch"] = None
 import mdl, numpy
 got = mdl.load_rank(%r, backend="mcore_te", rank=0, tp=2)
@@ -341,12 +381,13 @@ assert {a.dtype.name for a in got.values()} == {"uint16"}
 other = mdl.load_rank(%r, backend="mcore_te", rank=1, tp=2)
 back = mdl.gather_hf([got, other], backend="mcore_te", config=%r, tp=2)
 for name, a in back.items():
-    sys.stdout.write(name + " " + a.tobytes().hex()[:16] + "\\n")
+    sys.stdout.write(name + " " + hashlib.sha256(a.tobytes()).hexdigest() + "\\n")
 """ % (hf_dir, hf_dir, config_of("qwen3"))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(" ") for line in done.stdout.splitlines())
     assert set(lines) == set(original)
-    for name, prefix in lines.items():
-        assert original[name][1].tobytes().hex()[:16] == prefix, name
+    for name, digest in lines.items():
+        assert hashlib.sha256(original[name][1].tobytes()).hexdigest() == \
+            digest, name

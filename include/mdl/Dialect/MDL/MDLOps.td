@@ -267,7 +267,9 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
     `split_by`), `on` (first or last stage); `copyIf` makes the tensor a
     copy only where it holds. With `for_stack`, there is one tensor per
     element of that stack of the module, and the `nameArgs`, `copyIf` and
-    `when` regions take the element's index.
+    `when` regions take the element's index. `reads_context` (set by
+    `mdl-prepare-emit`) says that `when` reads the parallel context, so it
+    is decided per rank rather than once per binding.
   }];
   let arguments = (ins ArrayAttr:$name, MDL_LayoutAttr:$layout,
                        OptionalAttr<FlatSymbolRefAttr>:$for_stack,
@@ -275,7 +277,8 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
                        OptionalAttr<MDL_ElementTypeAttr>:$stored,
                        OptionalAttr<I64Attr>:$split,
                        OptionalAttr<StrAttr>:$split_by,
-                       OptionalAttr<StrAttr>:$on);
+                       OptionalAttr<StrAttr>:$on,
+                       UnitAttr:$reads_context);
   let regions = (region AnyRegion:$nameArgs, AnyRegion:$view,
                         AnyRegion:$copyIf, AnyRegion:$when);
   let assemblyFormat = [{

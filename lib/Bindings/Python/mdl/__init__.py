@@ -247,7 +247,7 @@ class Model:
             sources = self._sources(
                 src_backend, src_parallel, rank_dicts,
                 self._m.sources_of(src_backend, src_parallel, dst_backend,
-                                   dst_parallel, rank), keep)
+                                   dst_parallel, rank, only), keep)
         self._m.convert(src_backend, src_parallel, sources, dst_backend,
                         dst_parallel, rank, targets, only, threads)
         return result
@@ -271,9 +271,13 @@ class Model:
         config.json."""
         parallel = _parallel(parallel)
         keep = []
-        ranks = range(_mdl.num_ranks(parallel))
+        ranks = self._m.sources_of(backend, parallel, "hf", {}, 0, None)
         sources = self._sources(backend, parallel, rank_dicts, ranks, keep)
-        os.makedirs(out_dir, exist_ok=True)
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as e:
+            raise Error(f"cannot create directory '{out_dir}': "
+                        f"{e.strerror}") from None
         self._m.save_hf(backend, parallel, sources, os.fspath(out_dir),
                         str(max_shard_size), threads)
 
