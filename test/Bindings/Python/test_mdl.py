@@ -181,6 +181,29 @@ def test_bad_configurations_raise(hf):
         mdl.load_rank(hf_dir, backend="megatron", rank=0)
     with pytest.raises(mdl.Error, match="cannot open"):
         mdl.Model(config=os.path.join(WORK, "no-such", "config.json"))
+    with pytest.raises(mdl.Error, match="sp takes True or False"):
+        mdl.load_rank(hf_dir, backend="mcore_te", rank=0, tp=2, sp="yes")
+    with pytest.raises(mdl.Error, match="no model named 'qwen9'"):
+        mdl.Model(config=config_of("qwen3"), name="qwen9")
+
+
+def test_bad_tensors_and_outputs_raise(hf, tmp_path):
+    hf_dir, _ = hf["qwen3"]
+    good = mdl.load_rank(hf_dir, backend="mcore_te", rank=0, tp=2)
+    name = next(iter(good))
+    with pytest.raises(mdl.Error, match="'%s' is a list, not a torch tensor"
+                       % name):
+        mdl.load_rank(hf_dir, backend="mcore_te", rank=0, tp=2,
+                      out=dict(good, **{name: [1, 2]}))
+    frozen = good[name].view(torch.int16).numpy().view(np.uint16)
+    frozen.flags.writeable = False
+    with pytest.raises(mdl.Error, match="array '%s' is read-only" % name):
+        mdl.load_rank(hf_dir, backend="mcore_te", rank=0, tp=2,
+                      out=dict(good, **{name: frozen}))
+    with pytest.raises(mdl.Error, match="max_shard_size takes a size"):
+        mdl.save_hf([mdl.load_rank(hf_dir, backend="hf")],
+                    str(tmp_path / "x"), config=config_of("qwen3"),
+                    max_shard_size="lots")
 
 
 def test_missing_source_tensor_raises(hf):
