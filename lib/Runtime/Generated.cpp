@@ -8,32 +8,6 @@
 using namespace mdl;
 using namespace mdl::rt;
 
-TermDecl mdl::rt::atom(std::string name) {
-  TermDecl t;
-  t.atom = std::move(name);
-  return t;
-}
-
-TermDecl mdl::rt::unit() {
-  TermDecl t;
-  t.kind = TermDecl::Unit;
-  return t;
-}
-
-TermDecl mdl::rt::product(std::vector<TermDecl> children) {
-  TermDecl t;
-  t.kind = TermDecl::Product;
-  t.children = std::move(children);
-  return t;
-}
-
-TermDecl mdl::rt::parts(std::vector<TermDecl::Part> parts) {
-  TermDecl t;
-  t.kind = TermDecl::Parts;
-  t.parts = std::move(parts);
-  return t;
-}
-
 //===----------------------------------------------------------------------===//
 // Registry
 //===----------------------------------------------------------------------===//

@@ -43,6 +43,32 @@ template <typename F> auto at(const std::string &where, F f) -> decltype(f()) {
 }
 } // namespace
 
+TermDecl mdl::rt::atom(std::string name) {
+  TermDecl t;
+  t.atom = std::move(name);
+  return t;
+}
+
+TermDecl mdl::rt::unit() {
+  TermDecl t;
+  t.kind = TermDecl::Unit;
+  return t;
+}
+
+TermDecl mdl::rt::product(std::vector<TermDecl> children) {
+  TermDecl t;
+  t.kind = TermDecl::Product;
+  t.children = std::move(children);
+  return t;
+}
+
+TermDecl mdl::rt::parts(std::vector<TermDecl::Part> parts) {
+  TermDecl t;
+  t.kind = TermDecl::Parts;
+  t.parts = std::move(parts);
+  return t;
+}
+
 const ModuleDecl *ModelDecl::find(const std::string &module) const {
   for (const ModuleDecl &m : modules)
     if (m.name == module)
@@ -218,10 +244,11 @@ Value mdl::rt::builtin(Eval &e, const char *name, std::vector<Value> args) {
 
 /// Evaluates `expr` in `scope`; `dflt` when there is none. A missing value
 /// is an error here.
-static Value evalOne(Instance &scope, Expr expr, const Value &dflt,
-                     const RankContext *ctx = nullptr,
-                     const std::map<std::string, std::string> *choices = nullptr,
-                     std::vector<Value> args = {}) {
+static Value
+evalOne(Instance &scope, const Expr &expr, const Value &dflt,
+        const RankContext *ctx = nullptr,
+        const std::map<std::string, std::string> *choices = nullptr,
+        std::vector<Value> args = {}) {
   if (!expr)
     return dflt;
   Eval e(scope, ctx, choices, std::move(args));

@@ -22,12 +22,6 @@
 
 namespace mdl::rt {
 
-// Term constructors for generated layouts.
-TermDecl atom(std::string name);
-TermDecl unit();
-TermDecl product(std::vector<TermDecl> children);
-TermDecl parts(std::vector<TermDecl::Part> parts);
-
 /// A model and a backend as one generated unit declares them, with the HF
 /// backend that checkpoints use.
 struct Generated {

@@ -15,6 +15,7 @@
 #include "mdl/Runtime/Layout.h"
 #include "mdl/Runtime/Value.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,10 +27,30 @@ namespace mdl::rt {
 class Instance;
 class Eval;
 
-/// A generated expression. Errors (a missing key, a division by zero) are
-/// thrown as EvalError, which the engine catches and reports with the spec
-/// location; nothing is thrown out of the engine.
-using Expr = Value (*)(Eval &);
+/// An expression of a declaration: a generated function in generated code,
+/// a closure over the IR in the compiler (which interprets it). Errors (a
+/// missing key, a division by zero) are thrown as EvalError, which the
+/// engine catches and reports with the spec location; nothing is thrown out
+/// of the engine.
+class Expr {
+public:
+  using Function = Value (*)(Eval &);
+  Expr() = default;
+  Expr(std::nullptr_t) {}
+  Expr(Function f) : fn(f) {}
+  Expr(std::function<Value(Eval &)> f, int site)
+      : fn(std::move(f)), exprSite(site) {}
+
+  explicit operator bool() const { return bool(fn); }
+  Value operator()(Eval &e) const { return fn(e); }
+  /// Who made it: the compiler's site of the region, the C++ emitter's
+  /// function number; -1 for generated code.
+  int site() const { return exprSite; }
+
+private:
+  std::function<Value(Eval &)> fn;
+  int exprSite = -1;
+};
 
 struct EvalError {
   std::string message;
@@ -140,6 +161,12 @@ struct TermDecl {
   };
   std::vector<Part> parts;
 };
+
+// Term constructors, for generated layouts and the compiler's.
+TermDecl atom(std::string name);
+TermDecl unit();
+TermDecl product(std::vector<TermDecl> children);
+TermDecl parts(std::vector<TermDecl::Part> parts);
 
 struct TensorDecl {
   std::vector<NamePiece> name;

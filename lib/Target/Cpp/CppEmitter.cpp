@@ -1,15 +1,17 @@
 //===- CppEmitter.cpp - C++ for a model and a backend ---------------------===//
 //
-// Each expression region becomes a static function `Value fN(Eval &)`; each
-// module, layout and backend becomes code that fills the runtime's
-// declarations. Dimensions are resolved to their atoms here, once; what
-// depends on the config stays in the functions.
+// Each expression region becomes a static function `Value fN(Eval &)`; the
+// declarations (built by the shared builder, Declarations.h, which the
+// compiler uses too) become code that fills the runtime's structs with the
+// same values, naming those functions.
 //
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Target/Cpp/CppEmitter.h"
 
+#include "mdl/Evaluate/Declarations.h"
 #include "mdl/Runtime/DType.h"
+#include "mdl/Runtime/Generated.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
@@ -98,35 +100,31 @@ std::string stringList(ArrayRef<std::string> items) {
   return out + "}";
 }
 
-class Emitter {
+/// Writes each expression as a function `fN` and prints the declarations
+/// the shared builder makes as code that builds them.
+class Emitter : public ExprFactory {
 public:
   Emitter(ModuleDeclOp model, BackendOp backend, const CppEmitOptions &options)
       : model(model), backend(backend), options(options),
         top(getTopModule(model)) {}
 
   LogicalResult run(raw_ostream &header, raw_ostream &source);
+  rt::Expr make(Region &region, unsigned result) override;
 
 private:
   // Expressions.
-  std::string fn(Region &region, unsigned result = 0);
-  std::string fnOrNull(Region &region, unsigned result = 0) {
-    return region.empty() ? "nullptr" : fn(region, result);
-  }
+  unsigned fn(Region &region, unsigned result = 0);
   std::string expr(Value v);
-  std::string letFn(LetOp let);
+  unsigned letFn(LetOp let);
 
   // Declarations.
-  std::string where(Operation *op);
-  std::vector<std::string> atoms(ModuleDeclOp module, StringRef dim);
-  std::string axesOf(ModuleDeclOp module, ArrayRef<Attribute> axes);
-  void emitModule(ModuleDeclOp m, raw_ostream &os);
-  void emitLayout(LayoutOp l, raw_ostream &os);
-  std::string term(TermAttr t, ModuleDeclOp scope);
-  std::string namePieces(Operation *op, ArrayAttr segments, Region &args,
-                         bool indexPiece);
-  LogicalResult viewAxes(TensorOp t, ModuleDeclOp module, std::string &out);
-  void emitBackend(BackendOp b, StringRef var, raw_ostream &os);
-  SmallVector<ModuleDeclOp> reachableModules();
+  static std::string call(const rt::Expr &e);
+  static std::string axes(const std::vector<std::vector<std::string>> &axes);
+  std::string term(const rt::TermDecl &t);
+  std::string namePieces(const std::vector<rt::NamePiece> &pieces);
+  void printModule(const rt::ModuleDecl &m, raw_ostream &os);
+  void printLayout(const rt::LayoutDecl &l, raw_ostream &os);
+  void printBackend(const rt::BackendDecl &b, StringRef var, raw_ostream &os);
 
   ModuleDeclOp model;
   BackendOp backend;
@@ -134,7 +132,7 @@ private:
   ModuleOp top;
   std::string functions;
   unsigned nextFn = 0;
-  llvm::DenseMap<Operation *, std::string> lets;
+  llvm::DenseMap<Operation *, unsigned> lets;
   /// C++ names of comprehension variables.
   llvm::DenseMap<Value, std::string> locals;
   bool failed = false;
@@ -144,22 +142,22 @@ private:
 // Expressions
 //===----------------------------------------------------------------------===//
 
-std::string Emitter::fn(Region &region, unsigned result) {
+unsigned Emitter::fn(Region &region, unsigned result) {
   auto yield = cast<YieldOp>(region.front().back());
-  std::string name = "f" + std::to_string(nextFn++);
+  unsigned n = nextFn++;
   std::string body = expr(yield.getValues()[result]);
-  functions += "static Value " + name + "(Eval &e) {\n  (void)e;\n  return " +
-               body + ";\n}\n\n";
-  return name;
+  functions += "static Value f" + std::to_string(n) +
+               "(Eval &e) {\n  (void)e;\n  return " + body + ";\n}\n\n";
+  return n;
 }
 
-std::string Emitter::letFn(LetOp let) {
+unsigned Emitter::letFn(LetOp let) {
   auto it = lets.find(let);
   if (it != lets.end())
     return it->second;
-  std::string name = fn(let.getValue());
-  lets[let] = name;
-  return name;
+  unsigned n = fn(let.getValue());
+  lets[let] = n;
+  return n;
 }
 
 std::string Emitter::expr(Value v) {
@@ -208,7 +206,7 @@ std::string Emitter::expr(Value v) {
                  ")";
         if (auto let = dyn_cast_or_null<LetOp>(decl);
             let && !isa<ModuleDeclOp>(let->getParentOp()))
-          return letFn(let) + "(e)";
+          return "f" + std::to_string(letFn(let)) + "(e)";
         return "e.get(" + quote(g.getName()) + ")";
       })
       .Case<ContextOp>([&](ContextOp c) {
@@ -285,478 +283,253 @@ std::string Emitter::expr(Value v) {
 }
 
 //===----------------------------------------------------------------------===//
-// Declarations
+// Declarations, printed as code that builds them
 //===----------------------------------------------------------------------===//
 
-std::string Emitter::where(Operation *op) {
-  auto loc = dyn_cast<FileLineColLoc>(op->getLoc());
-  if (!loc)
-    return "";
-  std::string file = loc.getFilename().str();
-  if (!options.baseDir.empty() &&
-      StringRef(file).starts_with(options.baseDir + "/"))
-    file = file.substr(options.baseDir.size() + 1);
-  return file + ":" + std::to_string(loc.getLine()) + ":" +
-         std::to_string(loc.getColumn());
+rt::Expr Emitter::make(Region &region, unsigned result) {
+  // A let of a layout or a backend is one function, however often read.
+  auto let = dyn_cast<LetOp>(region.getParentOp());
+  unsigned n = let && !isa<ModuleDeclOp>(let->getParentOp())
+                   ? letFn(let)
+                   : fn(region, result);
+  // Only the number is printed; generated code holds the function.
+  return rt::Expr([](rt::Eval &) { return rt::Value(); }, int(n));
 }
 
-std::vector<std::string> Emitter::atoms(ModuleDeclOp module, StringRef dim) {
-  std::vector<std::string> out;
-  for (StringRef a : getDimAtoms(module, dim))
-    out.push_back(a.str());
-  return out;
+std::string Emitter::call(const rt::Expr &e) {
+  return e ? "f" + std::to_string(e.site()) : "nullptr";
 }
 
-/// `{{"G", "P"}, {"H"}}` from axes of dimension symbols.
-std::string Emitter::axesOf(ModuleDeclOp module, ArrayRef<Attribute> axes) {
+std::string Emitter::axes(const std::vector<std::vector<std::string>> &axes) {
   std::string out = "{";
-  for (auto [i, axis] : llvm::enumerate(axes)) {
-    std::vector<std::string> names;
-    for (Attribute d : cast<ArrayAttr>(axis))
-      for (std::string &a :
-           atoms(module, cast<FlatSymbolRefAttr>(d).getValue()))
-        names.push_back(std::move(a));
-    out += (i ? ", " : "") + stringList(names);
-  }
+  for (auto [i, axis] : llvm::enumerate(axes))
+    out += (i ? ", " : "") + stringList(axis);
   return out + "}";
 }
 
-SmallVector<ModuleDeclOp> Emitter::reachableModules() {
-  llvm::SetVector<Operation *> found;
-  found.insert(model);
-  for (size_t i = 0; i < found.size(); ++i)
-    found[i]->walk([&](CaseOp c) {
-      if (Operation *m = SymbolTable::lookupSymbolIn(top, c.getModule()))
-        found.insert(m);
-    });
-  SmallVector<ModuleDeclOp> out;
-  for (Operation *op : found)
-    out.push_back(cast<ModuleDeclOp>(op));
-  return out;
-}
-
-void Emitter::emitModule(ModuleDeclOp m, raw_ostream &os) {
-  os << "  {\n    ModuleDecl &m = d.modules.emplace_back();\n";
-  os << "    m.name = " << quote(m.getSymName()) << ";\n";
-  os << "    m.where = " << quote(where(m)) << ";\n";
-  for (Operation &op : m.getBodyBlock()) {
-    auto value = [&](StringRef kind, StringRef name, std::string e,
-                     ArrayRef<std::string> factors = {}) {
-      os << "    m.values.push_back({" << quote(name) << ", ValueDecl::"
-         << kind << ", " << e << ", " << stringList(factors) << ", "
-         << quote(where(&op)) << "});\n";
-    };
-    TypeSwitch<Operation *>(&op)
-        .Case<InputOp>([&](InputOp in) {
-          value("Input", in.getSymName(), fnOrNull(in.getDefaultValue()));
-        })
-        .Case<ConfigOp>([&](ConfigOp c) {
-          value("Config", c.getSymName(), fn(c.getValue()));
-          if (c.getDetect().empty())
-            return;
-          std::vector<std::string> keys;
-          c.getValue().walk([&](HfOp h) { keys.push_back(h.getPath().str()); });
-          os << "    m.detectable.push_back({" << quote(c.getSymName()) << ", "
-             << fn(c.getDetect()) << ", " << stringList(keys) << "});\n";
-        })
-        .Case<LetOp>([&](LetOp l) {
-          value("Let", l.getSymName(), fn(l.getValue()));
-        })
-        .Case<DimOp>([&](DimOp dim) {
-          std::vector<std::string> factors;
-          if (auto f = dim.getFactors())
-            for (Attribute a : *f)
-              factors.push_back(cast<FlatSymbolRefAttr>(a).getValue().str());
-          value("Dim", dim.getSymName(),
-                factors.empty() ? fn(dim.getSize()) : "nullptr", factors);
-        })
-        .Case<RequireOp>([&](RequireOp r) {
-          os << "    m.requirements.push_back({" << fn(r.getCond()) << ", "
-             << quote(r.getMessage()) << ", " << quote(where(r)) << "});\n";
-        })
-        .Case<DefaultDTypeOp>([&](DefaultDTypeOp d) {
-          os << "    m.defaultDType = " << fn(d.getValue()) << ";\n";
-        })
-        .Case<ParamOp>([&](ParamOp p) {
-          SmallVector<Attribute> axes;
-          if (auto e = p.getExpertAttr())
-            axes.push_back(ArrayAttr::get(m.getContext(), {e}));
-          axes.append(p.getShape().begin(), p.getShape().end());
-          os << "    {\n      ParamDecl &p = m.params.emplace_back();\n";
-          os << "      p.name = " << quote(p.getSymName()) << ";\n";
-          os << "      p.axes = " << axesOf(m, axes) << ";\n";
-          if (auto e = p.getExpert())
-            os << "      p.expert = " << quote(*e) << ";\n";
-          if (auto t = p.getDtype())
-            os << "      p.dtype = " << dtypeExpr(toDType(*t)) << ";\n";
-          if (auto s = p.getStyleAttr()) {
-            os << "      p.style = " << quote(stringifyStyleKind(s.getKind()))
-               << ";\n";
-            if (s.getDim()) {
-              os << "      p.styleDim = " << quote(s.getDim().getValue())
-                 << ";\n";
-              os << "      p.styleAtoms = "
-                 << stringList(atoms(m, s.getDim().getValue())) << ";\n";
-            }
-          }
-          if (!p.getCond().empty())
-            os << "      p.cond = " << fn(p.getCond()) << ";\n";
-          os << "      p.where = " << quote(where(p)) << ";\n    }\n";
-        })
-        .Case<LinearOp>([&](LinearOp l) {
-          SmallVector<Attribute> lead;
-          if (auto e = l.getExpertAttr())
-            lead.push_back(ArrayAttr::get(m.getContext(), {e}));
-          SmallVector<Attribute> weight(lead), bias(lead);
-          weight.append(l.getOut().begin(), l.getOut().end());
-          weight.append(l.getIn().begin(), l.getIn().end());
-          bias.append(l.getOut().begin(), l.getOut().end());
-          ParallelStyleAttr s = l.getStyle();
-          os << "    {\n      ParamDecl &p = m.params.emplace_back();\n";
-          os << "      p.name = " << quote(l.getSymName()) << ";\n";
-          os << "      p.linear = true;\n";
-          os << "      p.outAxes = " << l.getOut().size() << ";\n";
-          os << "      p.axes = " << axesOf(m, weight) << ";\n";
-          os << "      p.biasAxes = " << axesOf(m, bias) << ";\n";
-          if (auto e = l.getExpert())
-            os << "      p.expert = " << quote(*e) << ";\n";
-          if (auto t = l.getDtype())
-            os << "      p.dtype = " << dtypeExpr(toDType(*t)) << ";\n";
-          os << "      p.style = " << quote(stringifyStyleKind(s.getKind()))
-             << ";\n";
-          if (s.getDim()) {
-            os << "      p.styleDim = " << quote(s.getDim().getValue())
-               << ";\n";
-            os << "      p.styleAtoms = "
-               << stringList(atoms(m, s.getDim().getValue())) << ";\n";
-          }
-          if (l.getBias()) {
-            os << "      p.bias = true;\n";
-            if (!l.getBiasCond().empty())
-              os << "      p.biasCond = " << fn(l.getBiasCond()) << ";\n";
-          }
-          if (!l.getScaleBlock().empty())
-            os << "      p.scaleBlock = " << fn(l.getScaleBlock()) << ";\n";
-          if (!l.getCond().empty())
-            os << "      p.cond = " << fn(l.getCond()) << ";\n";
-          os << "      p.where = " << quote(where(l)) << ";\n    }\n";
-        })
-        .Case<InstanceOp, StackOp>([&](Operation *child) {
-          auto inst = dyn_cast<InstanceOp>(child);
-          Region &cases = inst ? inst.getCases()
-                               : cast<StackOp>(child).getCases();
-          os << "    {\n      ChildDecl &c = m.children.emplace_back();\n";
-          os << "      c.name = "
-             << quote(cast<SymbolOpInterface>(child).getName()) << ";\n";
-          if (inst) {
-            if (!inst.getCond().empty())
-              os << "      c.cond = " << fn(inst.getCond()) << ";\n";
-          } else {
-            os << "      c.stack = true;\n      c.count = "
-               << fn(cast<StackOp>(child).getCount()) << ";\n";
-          }
-          for (auto k : cases.front().getOps<CaseOp>()) {
-            os << "      {\n        CaseDecl &k = c.cases.emplace_back();\n";
-            os << "        k.module = " << quote(k.getModule()) << ";\n";
-            unsigned first = 0;
-            if (k.getGuarded())
-              os << "        k.guard = " << fn(k.getArgs(), first++) << ";\n";
-            for (auto [i, name] : llvm::enumerate(k.getArgNames()))
-              os << "        k.args.push_back({"
-                 << quote(cast<StringAttr>(name).getValue()) << ", "
-                 << fn(k.getArgs(), first + i) << "});\n";
-            os << "      }\n";
-          }
-          os << "      c.where = " << quote(where(child)) << ";\n    }\n";
-        })
-        .Case<PipelineOp>([&](PipelineOp p) {
-          auto names = [](ArrayAttr a) {
-            std::vector<std::string> out;
-            for (Attribute x : a)
-              out.push_back(cast<FlatSymbolRefAttr>(x).getValue().str());
-            return out;
-          };
-          os << "    m.first = " << stringList(names(p.getFirst())) << ";\n";
-          os << "    m.last = " << stringList(names(p.getLast())) << ";\n";
-          if (auto s = p.getStages())
-            os << "    m.stages = " << quote(*s) << ";\n";
-          if (auto f = p.getFallbacksAttr())
-            for (NamedAttribute n : f)
-              os << "    m.fallbacks.push_back({" << quote(n.getName())
-                 << ", "
-                 << quote(cast<FlatSymbolRefAttr>(n.getValue()).getValue())
-                 << "});\n";
-        })
-        .Case<NeedsOp>([&](NeedsOp n) {
-          os << "    m.needs.push_back({" << quote(n.getCapability()) << ", ";
-          if (auto f = n.getFallback())
-            os << "std::string(" << quote(*f) << ")";
-          else
-            os << "std::nullopt";
-          os << ", " << quote(where(n)) << "});\n";
-        });
-  }
-  os << "  }\n";
-}
-
-std::string Emitter::term(TermAttr t, ModuleDeclOp scope) {
-  switch (t.getKind()) {
-  case TermKind::dim: {
-    std::vector<std::string> names = atoms(scope, t.getName().getValue());
-    if (names.size() == 1)
-      return "rt::atom(" + quote(names.front()) + ")";
-    std::string out = "rt::product({";
-    for (auto [i, a] : llvm::enumerate(names))
-      out += (i ? ", " : "") + std::string("rt::atom(") + quote(a) + ")";
-    return out + "})";
-  }
-  case TermKind::unit:
+std::string Emitter::term(const rt::TermDecl &t) {
+  auto list = [&](const std::vector<rt::TermDecl> &terms) {
+    std::string out;
+    for (auto [i, c] : llvm::enumerate(terms))
+      out += (i ? ", " : "") + term(c);
+    return out;
+  };
+  switch (t.kind) {
+  case rt::TermDecl::Atom:
+    return "rt::atom(" + quote(t.atom) + ")";
+  case rt::TermDecl::Unit:
     return "rt::unit()";
-  case TermKind::product: {
-    std::string out = "rt::product({";
-    for (auto [i, c] : llvm::enumerate(t.terms()))
-      out += (i ? ", " : "") + term(c, scope);
-    return out + "})";
-  }
-  case TermKind::parts: {
+  case rt::TermDecl::Product:
+    return "rt::product({" + list(t.children) + "})";
+  case rt::TermDecl::Parts: {
     std::string out = "rt::parts({";
-    for (auto [i, p] : llvm::enumerate(t.terms())) {
-      StringRef param = p.getName().getValue();
-      ModuleDeclOp owner = scope;
-      if (!param.empty()) {
-        std::string why;
-        ResolvedParam r = resolveParam(scope, param, why);
-        if (r.decl)
-          owner = r.owner;
-      }
-      out += (i ? ", " : "") + std::string("{") + quote(param) + ", {";
-      for (auto [j, c] : llvm::enumerate(p.terms()))
-        out += (j ? ", " : "") + term(c, param.empty() ? scope : owner);
-      out += "}}";
-    }
+    for (auto [i, p] : llvm::enumerate(t.parts))
+      out += (i ? ", " : "") + std::string("{") + quote(p.param) + ", {" +
+             list(p.shape) + "}}";
     return out + "})";
   }
-  case TermKind::part:
-    break;
   }
   return "rt::unit()";
 }
 
-std::string Emitter::namePieces(Operation *op, ArrayAttr segments,
-                                Region &args, bool indexPiece) {
+std::string Emitter::namePieces(const std::vector<rt::NamePiece> &pieces) {
+  static const char *const kKinds[] = {"Text", "Family", "Value", "Index"};
   std::string out = "{";
-  for (auto [i, s] : llvm::enumerate(segments)) {
-    out += i ? ", " : "";
-    if (auto text = dyn_cast<StringAttr>(s)) {
-      out += "{NamePiece::Text, " + quote(text.getValue()) + ", nullptr}";
-    } else if (auto ref = dyn_cast<FlatSymbolRefAttr>(s)) {
-      ModuleDeclOp module = getLayoutModule(op->getParentOfType<LayoutOp>());
-      out += "{NamePiece::Family, " +
-             quote(atoms(module, ref.getValue()).front()) + ", nullptr}";
-    } else {
-      int64_t n = cast<IntegerAttr>(s).getInt();
-      auto yield = cast<YieldOp>(args.front().back());
-      bool isIndex = indexPiece && args.front().getNumArguments() > 0 &&
-                     yield.getValues()[n] == args.front().getArgument(0);
-      out += std::string("{NamePiece::") + (isIndex ? "Index" : "Value") +
-             ", \"\", " + fn(args, unsigned(n)) + "}";
-    }
-  }
+  for (auto [i, p] : llvm::enumerate(pieces))
+    out += (i ? ", " : "") + std::string("{NamePiece::") + kKinds[p.kind] +
+           ", " + quote(p.text) + ", " + call(p.value) + "}";
   return out + "}";
 }
 
-LogicalResult Emitter::viewAxes(TensorOp t, ModuleDeclOp module,
-                                std::string &out) {
-  out = "{";
-  auto yield = cast<YieldOp>(t.getView().front().back());
-  for (auto [i, v] : llvm::enumerate(yield.getValues())) {
-    int64_t factor = 1;
-    std::vector<std::string> names;
-    std::string spelling;
-    bool ok = true;
-    std::function<void(Value)> collect = [&](Value x) {
-      Operation *def = x.getDefiningOp();
-      if (auto c = dyn_cast_or_null<ConstantOp>(def)) {
-        factor *= cast<IntegerAttr>(c.getValue()).getInt();
-      } else if (auto g = dyn_cast_or_null<GetOp>(def)) {
-        if (!isDimDecl(lookupValueDecl(g, g.getName()))) {
-          ok = false;
-          return;
-        }
-        for (std::string &a : atoms(module, g.getName()))
-          names.push_back(std::move(a));
-        spelling += (spelling.empty() ? "" : " * ") + g.getName().str();
-      } else if (auto b = dyn_cast_or_null<BuiltinOp>(def);
-                 b && b.getCallee() == "size") {
-        collect(b.getArgs()[0]);
-      } else if (auto m = dyn_cast_or_null<mdl::BinaryOp>(def);
-                 m && m.getKind() == BinaryKind::mul) {
-        collect(m.getLhs());
-        collect(m.getRhs());
-      } else {
-        ok = false;
-      }
-    };
-    collect(v);
-    if (!ok)
-      return t.emitError("a view size is a product of positive numbers and "
-                         "dimensions, which stand for their per-rank sizes");
-    bool claim = isa_and_nonnull<GetOp>(v.getDefiningOp());
-    out += (i ? ", " : "") + std::string("{") + std::to_string(factor) +
-           ", " + stringList(names) + ", " + (claim ? "true" : "false") +
-           ", " + quote(spelling) + "}";
-  }
-  out += "}";
-  return success();
-}
-
-void Emitter::emitLayout(LayoutOp l, raw_ostream &os) {
-  ModuleDeclOp module = getLayoutModule(l);
-  os << "  {\n    LayoutDecl &l = b.layouts.emplace_back();\n";
-  os << "    l.module = " << quote(l.getModule()) << ";\n";
-  if (auto mount = l.getMount())
-    os << "    l.mount = std::string(" << quote(*mount) << ");\n";
-  for (Operation &op : l.getBodyBlock()) {
-    if (auto t = dyn_cast<TensorOp>(op)) {
-      os << "    {\n      TensorDecl &t = l.tensors.emplace_back();\n";
-      os << "      t.name = "
-         << namePieces(t, t.getName(), t.getNameArgs(), false) << ";\n";
-      LayoutAttr layout = t.getLayout();
-      if (layout.getParam())
-        os << "      t.param = " << quote(layout.getParam().getValue())
-           << ";\n";
-      ModuleDeclOp scope = module;
-      if (layout.getParam()) {
-        std::string why;
-        ResolvedParam r = resolveParam(module, layout.getParam(), why);
-        if (r.decl)
-          scope = r.owner;
-      }
-      os << "      t.axes = {";
-      for (auto [i, axis] : llvm::enumerate(layout.axisTerms())) {
-        os << (i ? ", " : "") << "{";
-        for (auto [j, c] : llvm::enumerate(axis.terms()))
-          os << (j ? ", " : "") << term(c, scope);
-        os << "}";
-      }
-      os << "};\n";
-      if (auto s = t.getForStack())
-        os << "      t.forStack = " << quote(*s) << ";\n";
-      if (t.getCopy())
-        os << "      t.copy = true;\n";
-      if (!t.getCopyIf().empty())
-        os << "      t.copyIf = " << fn(t.getCopyIf()) << ";\n";
-      if (auto o = t.getOffset())
-        os << "      t.offset = " << int64_t(*o) << ";\n";
-      if (auto s = t.getStored())
-        os << "      t.stored = " << dtypeExpr(toDType(*s)) << ";\n";
-      if (!t.getView().empty()) {
-        std::string view;
-        if (mlir::failed(viewAxes(t, module, view)))
-          failed = true;
-        os << "      t.view = " << view << ";\n";
-      }
-      if (auto s = t.getSplit()) {
-        os << "      t.split = " << *s << ";\n";
-        if (auto by = t.getSplitBy())
-          os << "      t.splitBy = " << quote(*by) << ";\n";
-      }
-      if (auto on = t.getOn())
-        os << "      t.on = " << quote(*on) << ";\n";
-      if (!t.getWhen().empty()) {
-        os << "      t.when = " << fn(t.getWhen()) << ";\n";
-        if (t.getReadsContext())
-          os << "      t.whenReadsContext = true;\n";
-      }
-      os << "      t.where = " << quote(where(t)) << ";\n    }\n";
-    } else if (auto m = dyn_cast<MountOp>(op)) {
-      os << "    l.mounts.push_back({" << quote(m.getMember()) << ", "
-         << fnOrNull(m.getWhen()) << ", "
-         << namePieces(m, m.getPath(), m.getPathArgs(), true) << ", "
-         << quote(where(m)) << "});\n";
-    } else if (auto s = dyn_cast<ShardOp>(op)) {
-      std::vector<std::string> params;
-      for (Attribute a : s.getParams())
-        params.push_back(cast<StringAttr>(a).str());
-      os << "    l.shards.push_back({" << stringList(params) << ", "
-         << quote(s.getDim()) << ", " << stringList(atoms(module, s.getDim()))
-         << ", " << quote(s.getAxis()) << ", "
-         << (s.getReplicate() ? "true" : "false") << "});\n";
-    } else if (auto d = dyn_cast<DerivedOp>(op)) {
-      std::vector<std::string> sources, recompute;
-      for (Attribute a : d.getSources())
-        sources.push_back(cast<StringAttr>(a).str());
-      if (auto r = d.getRecompute())
-        for (Attribute a : *r)
-          recompute.push_back(cast<StringAttr>(a).str());
-      os << "    l.derived.push_back({" << quote(d.getDerivedName()) << ", "
-         << stringList(sources) << ", "
-         << (d.getRecompute() ? "true" : "false") << ", "
-         << stringList(recompute) << ", " << fnOrNull(d.getWhen()) << ", "
-         << quote(where(d)) << "});\n";
-    } else if (auto c = dyn_cast<ChoiceDefaultOp>(op)) {
-      os << "    l.choiceDefaults.push_back({" << quote(c.getChoice()) << ", "
-         << fn(c.getValue()) << ", " << quote(where(c)) << "});\n";
+void Emitter::printModule(const rt::ModuleDecl &m, raw_ostream &os) {
+  os << "  {\n    ModuleDecl &m = d.modules.emplace_back();\n";
+  os << "    m.name = " << quote(m.name) << ";\n";
+  os << "    m.where = " << quote(m.where) << ";\n";
+  static const char *const kKinds[] = {"Input", "Config", "Let", "Dim"};
+  for (const rt::ValueDecl &v : m.values)
+    os << "    m.values.push_back({" << quote(v.name)
+       << ", ValueDecl::" << kKinds[v.kind] << ", " << call(v.expr) << ", "
+       << stringList(v.factors) << ", " << quote(v.where) << "});\n";
+  for (const rt::ModuleDecl::Detectable &d : m.detectable)
+    os << "    m.detectable.push_back({" << quote(d.name) << ", "
+       << call(d.candidates) << ", " << stringList(d.keys) << "});\n";
+  for (const rt::RequireDecl &r : m.requirements)
+    os << "    m.requirements.push_back({" << call(r.cond) << ", "
+       << quote(r.message) << ", " << quote(r.where) << "});\n";
+  if (m.defaultDType)
+    os << "    m.defaultDType = " << call(m.defaultDType) << ";\n";
+  for (const rt::ParamDecl &p : m.params) {
+    os << "    {\n      ParamDecl &p = m.params.emplace_back();\n";
+    os << "      p.name = " << quote(p.name) << ";\n";
+    if (p.linear) {
+      os << "      p.linear = true;\n";
+      os << "      p.outAxes = " << p.outAxes << ";\n";
     }
+    os << "      p.axes = " << axes(p.axes) << ";\n";
+    if (p.linear)
+      os << "      p.biasAxes = " << axes(p.biasAxes) << ";\n";
+    if (!p.expert.empty())
+      os << "      p.expert = " << quote(p.expert) << ";\n";
+    if (p.dtype)
+      os << "      p.dtype = " << dtypeExpr(*p.dtype) << ";\n";
+    if (!p.style.empty())
+      os << "      p.style = " << quote(p.style) << ";\n";
+    if (!p.styleDim.empty()) {
+      os << "      p.styleDim = " << quote(p.styleDim) << ";\n";
+      os << "      p.styleAtoms = " << stringList(p.styleAtoms) << ";\n";
+    }
+    if (p.bias) {
+      os << "      p.bias = true;\n";
+      if (p.biasCond)
+        os << "      p.biasCond = " << call(p.biasCond) << ";\n";
+    }
+    if (p.scaleBlock)
+      os << "      p.scaleBlock = " << call(p.scaleBlock) << ";\n";
+    if (p.cond)
+      os << "      p.cond = " << call(p.cond) << ";\n";
+    os << "      p.where = " << quote(p.where) << ";\n    }\n";
   }
+  for (const rt::ChildDecl &c : m.children) {
+    os << "    {\n      ChildDecl &c = m.children.emplace_back();\n";
+    os << "      c.name = " << quote(c.name) << ";\n";
+    if (c.stack)
+      os << "      c.stack = true;\n      c.count = " << call(c.count) << ";\n";
+    else if (c.cond)
+      os << "      c.cond = " << call(c.cond) << ";\n";
+    for (const rt::CaseDecl &k : c.cases) {
+      os << "      {\n        CaseDecl &k = c.cases.emplace_back();\n";
+      os << "        k.module = " << quote(k.module) << ";\n";
+      if (k.guard)
+        os << "        k.guard = " << call(k.guard) << ";\n";
+      for (const auto &[name, value] : k.args)
+        os << "        k.args.push_back({" << quote(name) << ", " << call(value)
+           << "});\n";
+      os << "      }\n";
+    }
+    os << "      c.where = " << quote(c.where) << ";\n    }\n";
+  }
+  if (!m.first.empty() || !m.last.empty() || !m.stages.empty()) {
+    os << "    m.first = " << stringList(m.first) << ";\n";
+    os << "    m.last = " << stringList(m.last) << ";\n";
+  }
+  if (!m.stages.empty())
+    os << "    m.stages = " << quote(m.stages) << ";\n";
+  for (const auto &[wanted, fallback] : m.fallbacks)
+    os << "    m.fallbacks.push_back({" << quote(wanted) << ", "
+       << quote(fallback) << "});\n";
+  for (const rt::NeedDecl &n : m.needs)
+    os << "    m.needs.push_back({" << quote(n.capability) << ", "
+       << (n.fallback ? "std::string(" + quote(*n.fallback) + ")"
+                      : std::string("std::nullopt"))
+       << ", " << quote(n.where) << "});\n";
   os << "  }\n";
 }
 
-void Emitter::emitBackend(BackendOp b, StringRef var, raw_ostream &os) {
-  os << "static BackendDecl " << var << "() {\n  BackendDecl b;\n";
-  os << "  b.name = " << quote(b.getSymName()) << ";\n";
-  for (Attribute a : b.getMesh())
-    os << "  b.mesh.push_back(*mdl::parseMeshAxis("
-       << quote(cast<StringAttr>(a).getValue()) << "));\n";
-  for (Operation &op : b.getBodyBlock()) {
-    if (auto l = dyn_cast<LetOp>(op)) {
-      if (l.getSymName() == "vocab_multiple")
-        os << "  b.vocabMultiple = " << letFn(l) << ";\n";
-      else if (l.getSymName() == "rank_dir")
-        os << "  b.rankDir = " << letFn(l) << ";\n";
-      else if (l.getSymName() == "rank_file")
-        os << "  b.rankFile = " << letFn(l) << ";\n";
-      else if (l.getSymName() == "tracker_file")
-        os << "  b.trackerFile = " << letFn(l) << ";\n";
-      else if (l.getSymName() == "rank_saved")
-        os << "  b.rankSaved = " << letFn(l) << ";\n";
-      else if (l.getSymName() == "adapter_backend")
-        os << "  b.adapterBackend = " << letFn(l) << ";\n";
-      else if (l.getSymName() == "block_scale_suffix")
-        os << "  b.blockScaleSuffix = " << letFn(l) << ";\n";
-    } else if (auto r = dyn_cast<RequireOp>(op)) {
-      os << "  b.requirements.push_back({" << fn(r.getCond()) << ", "
-         << quote(r.getMessage()) << ", " << quote(where(r)) << "});\n";
-    } else if (auto c = dyn_cast<CapabilityOp>(op)) {
-      os << "  b.capabilities.push_back({" << quote(c.getCapability()) << ", "
-         << fn(c.getValue()) << "});\n";
-    } else if (auto c = dyn_cast<ChoiceOp>(op)) {
-      std::vector<std::string> options;
-      for (Attribute a : c.getOptions())
-        options.push_back(cast<StringAttr>(a).str());
-      os << "  b.choices.push_back({" << quote(c.getSymName()) << ", "
-         << stringList(options) << "});\n";
-    } else if (auto c = dyn_cast<ClassOp>(op)) {
-      os << "  b.classes.push_back({" << quote(c.getRole()) << ", "
-         << quote(c.getClassName()) << ", {";
-      for (auto [i, p] : llvm::enumerate(c.getProps())) {
-        std::string value;
-        if (auto s = dyn_cast<StringAttr>(p.getValue()))
-          value = s.str();
-        else if (auto bl = dyn_cast<BoolAttr>(p.getValue()))
-          value = bl.getValue() ? "true" : "false";
-        os << (i ? ", " : "") << "{" << quote(p.getName()) << ", "
-           << quote(value) << "}";
-      }
-      os << "}});\n";
+void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
+  os << "  {\n    LayoutDecl &l = b.layouts.emplace_back();\n";
+  os << "    l.module = " << quote(l.module) << ";\n";
+  if (l.mount)
+    os << "    l.mount = std::string(" << quote(*l.mount) << ");\n";
+  for (const rt::TensorDecl &t : l.tensors) {
+    os << "    {\n      TensorDecl &t = l.tensors.emplace_back();\n";
+    os << "      t.name = " << namePieces(t.name) << ";\n";
+    if (!t.param.empty())
+      os << "      t.param = " << quote(t.param) << ";\n";
+    os << "      t.axes = {";
+    for (auto [i, axis] : llvm::enumerate(t.axes)) {
+      os << (i ? ", " : "") << "{";
+      for (auto [j, c] : llvm::enumerate(axis))
+        os << (j ? ", " : "") << term(c);
+      os << "}";
     }
+    os << "};\n";
+    if (!t.forStack.empty())
+      os << "      t.forStack = " << quote(t.forStack) << ";\n";
+    if (t.copy)
+      os << "      t.copy = true;\n";
+    if (t.copyIf)
+      os << "      t.copyIf = " << call(t.copyIf) << ";\n";
+    if (t.offset)
+      os << "      t.offset = " << t.offset << ";\n";
+    if (t.stored)
+      os << "      t.stored = " << dtypeExpr(*t.stored) << ";\n";
+    if (!t.view.empty()) {
+      os << "      t.view = {";
+      for (auto [i, v] : llvm::enumerate(t.view))
+        os << (i ? ", " : "") << "{" << v.factor << ", " << stringList(v.atoms)
+           << ", " << (v.claim ? "true" : "false") << ", " << quote(v.spelling)
+           << "}";
+      os << "};\n";
+    }
+    if (t.split) {
+      os << "      t.split = " << *t.split << ";\n";
+      if (t.splitBy != rt::TensorDecl().splitBy)
+        os << "      t.splitBy = " << quote(t.splitBy) << ";\n";
+    }
+    if (!t.on.empty())
+      os << "      t.on = " << quote(t.on) << ";\n";
+    if (t.when) {
+      os << "      t.when = " << call(t.when) << ";\n";
+      if (t.whenReadsContext)
+        os << "      t.whenReadsContext = true;\n";
+    }
+    os << "      t.where = " << quote(t.where) << ";\n    }\n";
   }
-  llvm::DenseSet<Operation *> modules;
-  for (ModuleDeclOp m : reachableModules())
-    modules.insert(m);
-  for (auto l : top.getOps<LayoutOp>())
-    if (l.getBackend() == b.getSymName() && modules.count(getLayoutModule(l)))
-      emitLayout(l, os);
+  for (const rt::MountDecl &m : l.mounts)
+    os << "    l.mounts.push_back({" << quote(m.member) << ", " << call(m.when)
+       << ", " << namePieces(m.path) << ", " << quote(m.where) << "});\n";
+  for (const rt::ShardDecl &s : l.shards)
+    os << "    l.shards.push_back({" << stringList(s.params) << ", "
+       << quote(s.dim) << ", " << stringList(s.atoms) << ", " << quote(s.axis)
+       << ", " << (s.replicate ? "true" : "false") << "});\n";
+  for (const rt::DerivedDecl &d : l.derived)
+    os << "    l.derived.push_back({" << quote(d.name) << ", "
+       << stringList(d.sources) << ", " << (d.hasRecompute ? "true" : "false")
+       << ", " << stringList(d.recompute) << ", " << call(d.when) << ", "
+       << quote(d.where) << "});\n";
+  for (const rt::LayoutDecl::ChoiceDefault &c : l.choiceDefaults)
+    os << "    l.choiceDefaults.push_back({" << quote(c.choice) << ", "
+       << call(c.value) << ", " << quote(c.where) << "});\n";
+  os << "  }\n";
+}
+
+void Emitter::printBackend(const rt::BackendDecl &b, StringRef var,
+                           raw_ostream &os) {
+  os << "static BackendDecl " << var << "() {\n  BackendDecl b;\n";
+  os << "  b.name = " << quote(b.name) << ";\n";
+  for (MeshAxis a : b.mesh)
+    os << "  b.mesh.push_back(*mdl::parseMeshAxis(" << quote(meshAxisName(a))
+       << "));\n";
+  const std::pair<const char *, rt::Expr rt::BackendDecl::*> settings[] = {
+      {"vocabMultiple", &rt::BackendDecl::vocabMultiple},
+      {"rankDir", &rt::BackendDecl::rankDir},
+      {"rankFile", &rt::BackendDecl::rankFile},
+      {"trackerFile", &rt::BackendDecl::trackerFile},
+      {"rankSaved", &rt::BackendDecl::rankSaved},
+      {"adapterBackend", &rt::BackendDecl::adapterBackend},
+      {"blockScaleSuffix", &rt::BackendDecl::blockScaleSuffix}};
+  for (auto [field, member] : settings)
+    if (b.*member)
+      os << "  b." << field << " = " << call(b.*member) << ";\n";
+  for (const rt::RequireDecl &r : b.requirements)
+    os << "  b.requirements.push_back({" << call(r.cond) << ", "
+       << quote(r.message) << ", " << quote(r.where) << "});\n";
+  for (const auto &[capability, value] : b.capabilities)
+    os << "  b.capabilities.push_back({" << quote(capability) << ", "
+       << call(value) << "});\n";
+  for (const auto &[name, options] : b.choices)
+    os << "  b.choices.push_back({" << quote(name) << ", "
+       << stringList(options) << "});\n";
+  for (const rt::ClassDecl &c : b.classes) {
+    os << "  b.classes.push_back({" << quote(c.role) << ", " << quote(c.name)
+       << ", {";
+    for (auto [i, p] : llvm::enumerate(c.properties))
+      os << (i ? ", " : "") << "{" << quote(p.first) << ", " << quote(p.second)
+         << "}";
+    os << "}});\n";
+  }
+  for (const rt::LayoutDecl &l : b.layouts)
+    printLayout(l, os);
   os << "  return b;\n}\n\n";
 }
 
@@ -819,30 +592,35 @@ LogicalResult Emitter::run(raw_ostream &header, raw_ostream &source) {
                        " for backend " + backendName + ". DO NOT EDIT.\n";
 
   // The declarations, with the expression functions they name.
+  DeclarationOptions declOptions{options.specName, options.baseDir};
+  FailureOr<rt::ModelDecl> modelDecl =
+      buildModelDecl(model, *this, declOptions);
+  FailureOr<rt::BackendDecl> backendDecl =
+      buildBackendDecl(backend, model, *this, declOptions);
+  BackendOp hf =
+      dyn_cast_or_null<BackendOp>(SymbolTable::lookupSymbolIn(top, "hf"));
+  FailureOr<rt::BackendDecl> hfDecl = rt::BackendDecl();
+  if (hf && hf != backend)
+    hfDecl = buildBackendDecl(hf, model, *this, declOptions);
+  if (mlir::failed(modelDecl) || mlir::failed(backendDecl) ||
+      mlir::failed(hfDecl) || failed)
+    return failure();
   std::string decls;
   llvm::raw_string_ostream os(decls);
   os << "static ModelDecl buildModel() {\n  ModelDecl d;\n";
-  os << "  d.name = " << quote(modelName) << ";\n";
-  os << "  d.spec = " << quote(options.specName) << ";\n";
-  for (auto [field, values] :
-       {std::pair{"architectures", model.getArchitectures()},
-        std::pair{"modelTypes", model.getModelTypes()}})
-    if (values) {
-      std::vector<std::string> strings;
-      for (Attribute a : *values)
-        strings.push_back(cast<StringAttr>(a).str());
-      os << "  d." << field << " = " << stringList(strings) << ";\n";
-    }
-  for (ModuleDeclOp m : reachableModules())
-    emitModule(m, os);
+  os << "  d.name = " << quote(modelDecl->name) << ";\n";
+  os << "  d.spec = " << quote(modelDecl->spec) << ";\n";
+  if (!modelDecl->architectures.empty())
+    os << "  d.architectures = " << stringList(modelDecl->architectures)
+       << ";\n";
+  if (!modelDecl->modelTypes.empty())
+    os << "  d.modelTypes = " << stringList(modelDecl->modelTypes) << ";\n";
+  for (const rt::ModuleDecl &m : modelDecl->modules)
+    printModule(m, os);
   os << "  return d;\n}\n\n";
-  emitBackend(backend, "buildBackend", os);
-  BackendOp hf = dyn_cast_or_null<BackendOp>(
-      SymbolTable::lookupSymbolIn(top, "hf"));
+  printBackend(*backendDecl, "buildBackend", os);
   if (hf && hf != backend)
-    emitBackend(hf, "buildHfBackend", os);
-  if (failed)
-    return failure();
+    printBackend(*hfDecl, "buildHfBackend", os);
 
   std::string guard = "MDL_GEN_" + StringRef(modelName).upper() + "_" +
                       StringRef(backendName).upper() + "_H";
