@@ -462,7 +462,8 @@ rt::BackendDecl DeclBuilder::backend(BackendOp b) {
     } else if (auto c = dyn_cast<CapabilityOp>(op)) {
       out.capabilities.push_back({c.getCapability().str(), fn(c.getValue())});
     } else if (auto c = dyn_cast<ChoiceOp>(op)) {
-      out.choices.push_back({c.getSymName().str(), strings(c.getOptions())});
+      out.choices.push_back(
+          {c.getSymName().str(), strings(c.getOptions()), where(c)});
     } else if (auto c = dyn_cast<ClassOp>(op)) {
       rt::ClassDecl &d = out.classes.emplace_back();
       d.role = c.getRole().str();

@@ -437,14 +437,12 @@ mdl::rt::adaptersToHf(const Binding &hf, const Binding &backend,
   return out;
 }
 
-void mdl::rt::selectLoraModules(
-    const std::vector<std::pair<std::string, std::vector<std::string>>>
-        &backendChoices,
-    std::map<std::string, std::string> &choices) {
-  for (const auto &[name, options] : backendChoices)
-    if (name == "lora" &&
-        std::find(options.begin(), options.end(), "on") != options.end())
-      choices.try_emplace(name, "on");
+void mdl::rt::selectLoraModules(const std::vector<ChoiceDecl> &backendChoices,
+                                std::map<std::string, std::string> &choices) {
+  for (const ChoiceDecl &c : backendChoices)
+    if (c.name == "lora" &&
+        std::find(c.options.begin(), c.options.end(), "on") != c.options.end())
+      choices.try_emplace(c.name, "on");
 }
 
 /// The value of `key` in PEFT's rank_pattern or alpha_pattern `patterns`

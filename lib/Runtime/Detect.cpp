@@ -113,7 +113,7 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
   try {
     std::map<std::string, std::string> defaults =
         defaultChoices(*plain, backend);
-    for (const auto &[name, options] : backend.choices)
+    for (const auto &[name, options, where] : backend.choices)
       if (!fixed.count(name))
         unknowns.push_back(
             {name, options,
@@ -155,7 +155,7 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
       unknowns.push_back(std::move(u));
     }
   } catch (EvalError &e) {
-    error = e.message;
+    error = e.text();
     return std::nullopt;
   }
 

@@ -26,18 +26,17 @@ namespace {
 constexpr size_t kMaxParams = size_t(1) << 24;
 
 [[noreturn]] void fail(const std::string &where, const std::string &message) {
-  throw EvalError{where.empty() ? message : where + ": " + message};
+  throw EvalError{message, where};
 }
 
 /// Rethrows an error of evaluating something declared at `where` with that
-/// location in front, unless it has one already.
+/// location, unless it has one already.
 template <typename F> auto at(const std::string &where, F f) -> decltype(f()) {
   try {
     return f();
   } catch (EvalError &e) {
-    if (e.message.rfind(where, 0) != 0 && e.message.find(".mdl:") ==
-                                              std::string::npos)
-      e.message = where + ": " + e.message;
+    if (e.where.empty())
+      e.where = where;
     throw;
   }
 }
@@ -337,7 +336,7 @@ std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
               .dtype;
     m->build(root);
   } catch (EvalError &e) {
-    error = e.message;
+    error = e.text();
     return nullptr;
   }
   return m;
@@ -1044,22 +1043,22 @@ private:
 std::map<std::string, std::string>
 mdl::rt::defaultChoices(Model &model, const BackendDecl &backend) {
   std::map<std::string, std::string> out;
-  for (const auto &[name, options] : backend.choices)
-    out[name] = options.front();
+  for (const ChoiceDecl &c : backend.choices)
+    out[c.name] = c.options.front();
   for (const LayoutDecl &l : backend.layouts) {
     if (l.module != model.root().module->name)
       continue;
     for (const LayoutDecl::ChoiceDefault &d : l.choiceDefaults) {
       auto it = std::find_if(backend.choices.begin(), backend.choices.end(),
-                             [&](const auto &c) { return c.first == d.choice; });
+                             [&](const auto &c) { return c.name == d.choice; });
       if (it == backend.choices.end())
         continue;
       std::string value =
           at(d.where, [&] { return evalOne(model.root(), d.value, {}).s; });
-      if (std::find(it->second.begin(), it->second.end(), value) ==
-          it->second.end()) {
+      if (std::find(it->options.begin(), it->options.end(), value) ==
+          it->options.end()) {
         std::string options;
-        for (const std::string &o : it->second)
+        for (const std::string &o : it->options)
           options += (options.empty() ? "" : ", ") + o;
         fail(d.where, "the default of choice '" + d.choice + "' is '" + value +
                           "', which is not one of its options (" + options +
@@ -1078,13 +1077,16 @@ mdl::rt::bindModel(Model &model, const BackendDecl &backend,
   auto bound = std::make_shared<std::map<std::string, std::string>>();
   for (const auto &[name, value] : choices) {
     auto it = std::find_if(backend.choices.begin(), backend.choices.end(),
-                           [&](const auto &c) { return c.first == name; });
+                           [&](const auto &c) { return c.name == name; });
     if (it == backend.choices.end() ||
-        std::find(it->second.begin(), it->second.end(), value) != it->second.end())
+        std::find(it->options.begin(), it->options.end(), value) !=
+            it->options.end())
       continue;
-    error = "backend " + backend.name + " has no option '" + value +
-            "' for choice '" + name + "' (options:";
-    for (const std::string &o : it->second)
+    error = EvalError{"backend " + backend.name + " has no option '" + value +
+                          "' for choice '" + name + "' (options:",
+                      it->where}
+                .text();
+    for (const std::string &o : it->options)
       error += " " + o;
     error += ")";
     return std::nullopt;
@@ -1097,7 +1099,7 @@ mdl::rt::bindModel(Model &model, const BackendDecl &backend,
         (*bound)[name] = value;
     Binder(model, backend, bound, out).run();
   } catch (EvalError &e) {
-    error = e.message;
+    error = e.text();
     return std::nullopt;
   }
   return out;

@@ -7,8 +7,10 @@
 #include "mdl/Evaluate/Check.h"
 #include "mdl/Runtime/Cli.h"
 #include "mdl/Runtime/File.h"
+#include "mdl/Transforms/Passes.h"
 
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
@@ -368,19 +370,24 @@ std::unique_ptr<HFConfig> mdl::loadConfig(const Options &options,
   return config;
 }
 
+std::string mdl::configPath(const Options &options, ModuleDeclOp model) {
+  if (!options.hfConfig.empty())
+    return options.hfConfig;
+  std::vector<std::string> examples = exampleConfigPaths(model);
+  if (examples.empty()) {
+    model.emitError() << "model '" << model.getSymName()
+                      << "' has no example config; pass --hf-config";
+    return "";
+  }
+  return examples.front();
+}
+
 std::unique_ptr<HFConfig> mdl::loadConfig(const Options &options,
                                           ModuleDeclOp model,
                                           mlir::MLIRContext &context) {
-  std::string path = options.hfConfig;
-  if (path.empty()) {
-    std::vector<std::string> examples = exampleConfigPaths(model);
-    if (examples.empty()) {
-      model.emitError() << "model '" << model.getSymName()
-                        << "' has no example config; pass --hf-config";
-      return nullptr;
-    }
-    path = examples.front();
-  }
+  std::string path = configPath(options, model);
+  if (path.empty())
+    return nullptr;
   return loadConfig(options, model, path, context);
 }
 
@@ -418,6 +425,14 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
     llvm::outs() << "\n";
     return 0;
   }
+  // The runtime's engine reads backends with their bases folded in.
+  if (options.command == "params" || options.command == "plan" ||
+      options.command == "lora") {
+    mlir::PassManager pm(&context);
+    pm.addPass(createPrepareEmit());
+    if (mlir::failed(pm.run(*fe.module)))
+      return 1;
+  }
   if (options.command == "params")
     return runParams(options, *fe.module, context);
   if (options.command == "plan")
@@ -436,20 +451,26 @@ BoundSpec mdl::bindSpec(const Options &options, mlir::ModuleOp top,
   ModuleDeclOp model = theModel(top, options.files.front());
   if (!model)
     return out;
-  std::unique_ptr<HFConfig> config = loadConfig(options, model, context);
-  if (!config)
+  std::string path = configPath(options, model);
+  if (path.empty())
     return out;
-  std::unique_ptr<Instantiation> inst = Instantiation::create(model, *config);
-  if (!inst)
+  std::unique_ptr<SpecDecls> decls = SpecDecls::build(model);
+  if (!decls)
     return out;
-  std::unique_ptr<Backend> backend = Backend::lookup(model, backendName);
+  const rt::BackendDecl *backend = decls->backend(backendName);
   if (!backend)
     return out;
-  out.bound = bindModel(*inst, *backend, options.choices);
-  if (out.bound) {
-    out.config = std::move(config);
-    out.inst = std::move(inst);
+  rt::LoadOptions load;
+  load.overrides = options.sets;
+  load.choices = options.choices;
+  std::string error;
+  out.binding = rt::Binding::load(decls->model(), *backend, path, load, error);
+  if (!out.binding) {
+    emitEngineError(error, model.getLoc());
+    return out;
   }
+  out.decls = std::move(decls);
+  out.configPath = path;
   return out;
 }
 

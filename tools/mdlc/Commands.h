@@ -5,6 +5,7 @@
 
 #include "mdl/Dialect/MDL/MDLOps.h"
 #include "mdl/Evaluate/Bind.h"
+#include "mdl/Evaluate/Engine.h"
 #include "mdl/Evaluate/Instance.h"
 #include "mdl/Runtime/Plan.h"
 
@@ -76,6 +77,9 @@ int runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
 
 /// The one model declared in `file`; null (after a message) otherwise.
 ModuleDeclOp theModel(mlir::ModuleOp top, const std::string &file);
+/// The HF config's path: --hf-config, or the model's first example; ""
+/// after an error.
+std::string configPath(const Options &options, ModuleDeclOp model);
 /// The HF config: --hf-config, or the model's first example, with --set.
 std::unique_ptr<HFConfig> loadConfig(const Options &options,
                                      ModuleDeclOp model, const std::string &path,
@@ -84,12 +88,16 @@ std::unique_ptr<HFConfig> loadConfig(const Options &options,
                                      ModuleDeclOp model,
                                      mlir::MLIRContext &context);
 
-/// A model instantiated with its config and bound to a backend; the
-/// binding points into the instantiation, which it keeps alive.
+/// A spec's model bound to a backend by the runtime's engine.
 struct BoundSpec {
-  std::unique_ptr<HFConfig> config;
-  std::unique_ptr<Instantiation> inst;
-  std::unique_ptr<BoundModel> bound;
+  std::unique_ptr<SpecDecls> decls;
+  std::unique_ptr<rt::Binding> binding;
+  std::string configPath;
+  /// Where a source id of the layout points in the spec.
+  mlir::Location source(int id) const {
+    return locationOf(binding->boundLayout().sources[size_t(id)],
+                      decls->modelOp().getLoc());
+  }
 };
 /// Binds the first file's model to `backend`, with the options' config and
 /// choices; reports what fails and returns an empty BoundSpec then.

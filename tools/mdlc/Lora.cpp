@@ -2,7 +2,6 @@
 
 #include "Commands.h"
 
-#include "mdl/Evaluate/Bind.h"
 #include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Json.h"
@@ -18,14 +17,13 @@ int mdl::runLora(const Options &options, mlir::ModuleOp top,
   // The modules the backend builds with LoRA enabled.
   Options withLora = options;
   if (ModuleDeclOp model = theModel(top, options.files.front()))
-    if (std::unique_ptr<Backend> b =
-            Backend::lookup(model, options.backends.front()))
-      rt::selectLoraModules(b->choices(), withLora.choices);
+    if (std::unique_ptr<SpecDecls> decls = SpecDecls::build(model))
+      if (const rt::BackendDecl *b = decls->backend(options.backends.front()))
+        rt::selectLoraModules(b->choices, withLora.choices);
   BoundSpec spec = bindSpec(withLora, top, context, options.backends.front());
-  if (!spec.bound)
+  if (!spec.binding)
     return 1;
-  const std::unique_ptr<BoundModel> &bound = spec.bound;
-  const rt::ModelLayout &m = bound->layout;
+  const rt::ModelLayout &m = spec.binding->layout();
   warnDefaultAxes(options, m);
   rt::Planner planner(m, options.parallel);
   if (reportInvalid(planner, options))

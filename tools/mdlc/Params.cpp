@@ -2,7 +2,6 @@
 
 #include "Commands.h"
 
-#include "mdl/Evaluate/Bind.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Plan.h"
 
@@ -17,28 +16,28 @@ int mdl::runParams(const Options &options, mlir::ModuleOp top,
   std::string backendName =
       options.backends.empty() ? "hf" : options.backends.front();
   BoundSpec spec = bindSpec(options, top, context, backendName);
-  if (!spec.bound)
+  if (!spec.binding)
     return 1;
-  const std::unique_ptr<BoundModel> &bound = spec.bound;
+  const rt::ModelLayout &layout = spec.binding->layout();
   // A layout the config makes unlistable (absurd sizes) is refused whole.
-  rt::Planner planner(bound->layout, ParallelConfig());
+  rt::Planner planner(layout, ParallelConfig());
   if (!planner.valid()) {
     for (const std::string &why : planner.invalidReasons())
       mlir::emitError(mlir::UnknownLoc::get(&context)) << why;
     return 1;
   }
   std::vector<rt::TensorListing> tensors =
-      rt::listTensors(bound->layout, RankContext());
+      rt::listTensors(layout, RankContext());
   std::sort(tensors.begin(), tensors.end(),
             [](const auto &a, const auto &b) { return a.name < b.name; });
   // Two entries naming one tensor is a bug in the spec.
   bool dup = false;
   for (size_t i = 1; i < tensors.size(); ++i)
     if (tensors[i].name == tensors[i - 1].name) {
-      auto diag = bound->sources[tensors[i].spec->source]->emitError()
+      auto diag = mlir::emitError(spec.source(tensors[i].spec->source))
                   << "two layout entries name tensor '" << tensors[i].name
                   << "'";
-      diag.attachNote(bound->sources[tensors[i - 1].spec->source]->getLoc())
+      diag.attachNote(spec.source(tensors[i - 1].spec->source))
           << "the other entry";
       dup = true;
     }

@@ -11,7 +11,6 @@
 #include "Commands.h"
 #include "PlanPicture.h"
 
-#include "mdl/Evaluate/Bind.h"
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Plan.h"
@@ -61,10 +60,9 @@ std::string axesText(const RankContext &c, const ParallelConfig &p) {
 int mdl::runPlan(const Options &options, mlir::ModuleOp top,
                  mlir::MLIRContext &context) {
   BoundSpec spec = bindSpec(options, top, context, options.backends.front());
-  if (!spec.bound)
+  if (!spec.binding)
     return 1;
-  const std::unique_ptr<BoundModel> &bound = spec.bound;
-  const rt::ModelLayout &m = bound->layout;
+  const rt::ModelLayout &m = spec.binding->layout();
   rt::Planner planner(m, options.parallel);
   if (reportInvalid(planner, options))
     return 1;
@@ -81,7 +79,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
   warnDefaultAxes(options, m);
   if (options.format == "json") {
     llvm::outs() << json::write(rt::planJson(m, options.parallel, options.rank,
-                                             spec.config->path()),
+                                             spec.configPath),
                                 2)
                  << "\n";
     return 0;
@@ -100,7 +98,7 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
 
   if (!picture) {
     llvm::outs() << m.model << " on " << m.backend << ", "
-                 << options.parallel.str() << " (" << spec.config->path() << ")\n";
+                 << options.parallel.str() << " (" << spec.configPath << ")\n";
     for (const auto &[name, value] : m.choices)
       llvm::outs() << name << " = " << value << "\n";
     if (!m.capabilities.empty()) {

@@ -94,10 +94,8 @@ std::optional<Adapters> adaptersToHf(const Binding &hf, const Binding &backend,
 /// the backend builds when it runs with LoRA enabled (vLLM's profile).
 /// Tools that describe LoRA (`mdlc lora`, `mdl-convert --adapters`) select
 /// it unless `choices` already does.
-void selectLoraModules(
-    const std::vector<std::pair<std::string, std::vector<std::string>>>
-        &backendChoices,
-    std::map<std::string, std::string> &choices);
+void selectLoraModules(const std::vector<ChoiceDecl> &backendChoices,
+                       std::map<std::string, std::string> &choices);
 
 } // namespace mdl::rt
 

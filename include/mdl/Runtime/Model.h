@@ -43,8 +43,8 @@ public:
 
   explicit operator bool() const { return bool(fn); }
   Value operator()(Eval &e) const { return fn(e); }
-  /// Who made it: the compiler's site of the region, the C++ emitter's
-  /// function number; -1 for generated code.
+  /// The number of the function the C++ emitter writes for it; -1 for the
+  /// expressions that are called.
   int site() const { return exprSite; }
 
 private:
@@ -54,6 +54,13 @@ private:
 
 struct EvalError {
   std::string message;
+  /// "file:line:col" in the spec: of the op that raised it where known
+  /// (the compiler's interpreter knows it), else of the declaration being
+  /// evaluated, which the engine puts in.
+  std::string where;
+  std::string text() const {
+    return where.empty() ? message : where + ": " + message;
+  }
 };
 
 //===----------------------------------------------------------------------===//
@@ -226,6 +233,13 @@ struct LayoutDecl {
   std::vector<ChoiceDefault> choiceDefaults;
 };
 
+/// A storage variant of a backend (`choice storage = ["plain", "packed"]`).
+struct ChoiceDecl {
+  std::string name;
+  std::vector<std::string> options;
+  std::string where;
+};
+
 /// The module class a backend uses for one parallel role.
 using ClassDecl = ModelLayout::ModuleClass;
 
@@ -247,7 +261,7 @@ struct BackendDecl {
   Expr blockScaleSuffix = nullptr;
   std::vector<RequireDecl> requirements;
   std::vector<std::pair<std::string, Expr>> capabilities;
-  std::vector<std::pair<std::string, std::vector<std::string>>> choices;
+  std::vector<ChoiceDecl> choices;
   std::vector<ClassDecl> classes;
   std::vector<LayoutDecl> layouts;
 };

@@ -517,9 +517,9 @@ void Emitter::printBackend(const rt::BackendDecl &b, StringRef var,
   for (const auto &[capability, value] : b.capabilities)
     os << "  b.capabilities.push_back({" << quote(capability) << ", "
        << call(value) << "});\n";
-  for (const auto &[name, options] : b.choices)
-    os << "  b.choices.push_back({" << quote(name) << ", "
-       << stringList(options) << "});\n";
+  for (const rt::ChoiceDecl &c : b.choices)
+    os << "  b.choices.push_back({" << quote(c.name) << ", "
+       << stringList(c.options) << ", " << quote(c.where) << "});\n";
   for (const rt::ClassDecl &c : b.classes) {
     os << "  b.classes.push_back({" << quote(c.role) << ", " << quote(c.name)
        << ", {";

@@ -1,0 +1,51 @@
+//===- Engine.h - The runtime's engine, driven by the compiler -*- C++ -*-===//
+//
+// The compiler instantiates and binds models with the runtime's engine
+// (mdl/Runtime/Model.h), on the declarations the C++ emitter prints, their
+// expressions interpreted on the IR. Its errors name spec locations
+// ("file:line:col"), which become diagnostics at those locations.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MDL_EVALUATE_ENGINE_H
+#define MDL_EVALUATE_ENGINE_H
+
+#include "mdl/Dialect/MDL/MDLOps.h"
+#include "mdl/Runtime/Generated.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace mdl {
+
+/// A spec's model and backends as the runtime's declarations. Backends are
+/// built on first use; the IR must have been prepared (`mdl-prepare-emit`:
+/// bases folded in, `reads_context` set).
+class SpecDecls {
+public:
+  /// The declarations of `model`; null after reporting errors.
+  static std::unique_ptr<SpecDecls> build(ModuleDeclOp model);
+
+  const rt::ModelDecl &model() const { return modelDecl; }
+  ModuleDeclOp modelOp() const { return op; }
+  /// The backend named `spelled` (`mcore-te` or `mcore_te`); null after
+  /// reporting that there is none.
+  const rt::BackendDecl *backend(llvm::StringRef spelled);
+
+private:
+  ModuleDeclOp op;
+  rt::ModelDecl modelDecl;
+  std::map<std::string, std::unique_ptr<rt::BackendDecl>> backends;
+};
+
+/// The location "file:line:col" names, or `fallback` when it names none.
+mlir::Location locationOf(llvm::StringRef where, mlir::Location fallback);
+
+/// Reports an error of the runtime ("file:line:col: message", or a bare
+/// message) at its location, else at `fallback`.
+void emitEngineError(llvm::StringRef error, mlir::Location fallback);
+
+} // namespace mdl
+
+#endif // MDL_EVALUATE_ENGINE_H
