@@ -45,6 +45,21 @@ const rt::BackendDecl *SpecDecls::backend(StringRef spelled) {
   return slot.get();
 }
 
+std::optional<rt::HFConfig> mdl::loadEngineConfig(
+    const std::string &path,
+    const std::vector<std::pair<std::string, std::string>> &sets,
+    MLIRContext &context) {
+  std::string error;
+  std::optional<rt::HFConfig> config = rt::HFConfig::load(path, error);
+  if (!config) {
+    emitEngineError(error, UnknownLoc::get(&context));
+    return std::nullopt;
+  }
+  for (const auto &[key, value] : sets)
+    config->addOverride(key, value);
+  return config;
+}
+
 /// Splits "file:line:col: rest" at the location; false when `text` does
 /// not start with one.
 static bool splitLocation(StringRef text, StringRef &file, unsigned &line,

@@ -94,7 +94,8 @@ std::optional<HFConfig> HFConfig::load(const std::string &path,
     return std::nullopt;
   }
   if (root->kind() != json::Value::Object) {
-    error = path + ": an HF config holds a JSON object";
+    error = path + ":1:1: an HF config holds a JSON object, not " +
+            json::Value::kindName(root->kind());
     return std::nullopt;
   }
   return fromJson(std::move(*root), path);

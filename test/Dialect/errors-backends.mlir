@@ -212,30 +212,6 @@ mdl.module @m {
 
 // -----
 
-mdl.module model @m { }
-mdl.instance_of @i of @m from "c.json" config {} {
-  // expected-error@+1 {{'mdl.concrete_param' op names 2 dimensions but gives 1 sizes}}
-  mdl.concrete_param "p" : [["A", "B"]] [4] <bf16> from @m param "p" stage "all"
-}
-
-// -----
-
-mdl.module model @m { }
-mdl.instance_of @i of @m from "c.json" config {} {
-  // expected-error@+1 {{'mdl.concrete_param' op dimension sizes are positive}}
-  mdl.concrete_param "p" : [["A"]] [0] <bf16> from @m param "p" stage "all"
-}
-
-// -----
-
-mdl.module model @m { }
-mdl.instance_of @i of @m from "c.json" config {} {
-  // expected-error@+1 {{'mdl.concrete_param' op dims are non-empty lists of dimension names}}
-  mdl.concrete_param "p" : [[]] [] <bf16> from @m param "p" stage "all"
-}
-
-// -----
-
 mdl.module @m {
   mdl.input @H : i64 dim
   // expected-error@+1 {{a replicated parameter splits no dimension}}

@@ -460,11 +460,16 @@ BoundSpec mdl::bindSpec(const Options &options, mlir::ModuleOp top,
   const rt::BackendDecl *backend = decls->backend(backendName);
   if (!backend)
     return out;
-  rt::LoadOptions load;
-  load.overrides = options.sets;
-  load.choices = options.choices;
+  std::optional<rt::HFConfig> config =
+      loadEngineConfig(path, options.sets, context);
+  if (!config)
+    return out;
   std::string error;
-  out.binding = rt::Binding::load(decls->model(), *backend, path, load, error);
+  std::shared_ptr<rt::Model> instance =
+      rt::Model::create(decls->model(), std::move(*config), error);
+  if (instance)
+    out.binding = rt::Binding::bind(std::move(instance), *backend,
+                                    options.choices, error);
   if (!out.binding) {
     emitEngineError(error, model.getLoc());
     return out;

@@ -2,7 +2,7 @@
 
 #include "Commands.h"
 
-#include "mdl/Evaluate/Bind.h"
+#include "mdl/Evaluate/Engine.h"
 
 #include "mdl/Target/Cpp/CppEmitter.h"
 #include "mdl/Transforms/Passes.h"
@@ -21,12 +21,25 @@ int mdl::runEmit(const Options &options, ModuleOp top, MLIRContext &context) {
   ModuleDeclOp model = theModel(top, options.files.front());
   if (!model)
     return 1;
+  PassManager pm(&context);
+  pm.addPass(createPrepareEmit());
+  if (failed(pm.run(top)))
+    return 1;
+  std::unique_ptr<SpecDecls> decls = SpecDecls::build(model);
+  if (!decls)
+    return 1;
   // With a config, the model must instantiate for it; the code does not
   // depend on it.
   if (!options.hfConfig.empty()) {
-    std::unique_ptr<HFConfig> config = loadConfig(options, model, context);
-    if (!config || !Instantiation::create(model, *config))
+    std::optional<rt::HFConfig> config =
+        loadEngineConfig(options.hfConfig, options.sets, context);
+    std::string error;
+    if (!config)
       return 1;
+    if (!rt::Model::create(decls->model(), std::move(*config), error)) {
+      emitEngineError(error, model.getLoc());
+      return 1;
+    }
   }
   std::vector<std::string> backends = options.backends;
   if (backends.empty())
@@ -37,15 +50,10 @@ int mdl::runEmit(const Options &options, ModuleOp top, MLIRContext &context) {
         backends.push_back(b.getSymName().str());
   // The backends as the spec names them (mcore-te is mcore_te).
   for (std::string &b : backends)
-    if (std::unique_ptr<Backend> backend = Backend::lookup(model, b))
-      b = backend->name().str();
+    if (const rt::BackendDecl *backend = decls->backend(b))
+      b = backend->name;
     else
       return 1;
-
-  PassManager pm(&context);
-  pm.addPass(createPrepareEmit());
-  if (failed(pm.run(top)))
-    return 1;
 
   if (std::error_code ec = llvm::sys::fs::create_directories(options.outputDir)) {
     llvm::errs() << "mdlc: error: cannot create '" << options.outputDir

@@ -39,6 +39,13 @@ private:
   std::map<std::string, std::unique_ptr<rt::BackendDecl>> backends;
 };
 
+/// Loads an HF config.json with `key=value` overrides; null after
+/// reporting what fails.
+std::optional<rt::HFConfig>
+loadEngineConfig(const std::string &path,
+                 const std::vector<std::pair<std::string, std::string>> &sets,
+                 mlir::MLIRContext &context);
+
 /// The location "file:line:col" names, or `fallback` when it names none.
 mlir::Location locationOf(llvm::StringRef where, mlir::Location fallback);
 

@@ -945,27 +945,5 @@ LogicalResult ComprehensionOp::verifyRegions() {
   return verifyYields(*this, getBody(), getType().getElementType(), "body");
 }
 
-//===----------------------------------------------------------------------===//
-// Instantiated models
-//===----------------------------------------------------------------------===//
-
-LogicalResult ConcreteParamOp::verify() {
-  size_t atoms = 0;
-  for (Attribute axis : getDims()) {
-    auto names = dyn_cast<ArrayAttr>(axis);
-    if (!names || names.empty() ||
-        !llvm::all_of(names, [](Attribute a) { return isa<StringAttr>(a); }))
-      return emitOpError("dims are non-empty lists of dimension names");
-    atoms += names.size();
-  }
-  if (atoms != getSizes().size())
-    return emitOpError() << "names " << atoms << " dimensions but gives "
-                         << getSizes().size() << " sizes";
-  for (int64_t s : getSizes())
-    if (s <= 0)
-      return emitOpError("dimension sizes are positive");
-  return success();
-}
-
 #define GET_OP_CLASSES
 #include "mdl/Dialect/MDL/MDLOps.cpp.inc"

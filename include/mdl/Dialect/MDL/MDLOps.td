@@ -531,49 +531,4 @@ def MDL_IsOp : MDL_ExprOp<"is"> {
   let assemblyFormat = "$instance $module attr-dict";
 }
 
-//===----------------------------------------------------------------------===//
-// Instantiated models
-//===----------------------------------------------------------------------===//
-
-def MDL_InstanceOfOp : MDL_ContainerOp<"instance_of", [Symbol]> {
-  let summary = "a model evaluated for one HF config";
-  let description = [{
-    Produced by `mdl-instantiate`. `config` holds the evaluated config
-    entries; the body lists `mdl.concrete_param` ops, one per parameter of
-    every instance, with paths such as `layers.3.attn.q`.
-  }];
-  let arguments = (ins SymbolNameAttr:$sym_name, FlatSymbolRefAttr:$model,
-                       DictionaryAttr:$config, StrAttr:$source);
-  let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = [{
-    $sym_name `of` $model `from` $source `config` $config attr-dict-with-keyword
-    $body
-  }];
-  let extraClassDeclaration = [{
-    ::mlir::Block &getBodyBlock() { return getBody().front(); }
-  }];
-}
-
-def MDL_ConcreteParamOp : MDL_Op<"concrete_param",
-                                 [HasParent<"InstanceOfOp">]> {
-  let summary = "one parameter with concrete dimension sizes";
-  let description = [{
-    `dims` names each axis's atomic dimensions and `sizes` gives their
-    sizes; `module` is the module that declares it, `param` its name there
-    (with `.bias` for a bias), and `stage` says where pipeline parallelism
-    places it: "first", "last", or the layer index in the staged stack.
-  }];
-  let arguments = (ins StrAttr:$path, SymbolRefAttr:$module, StrAttr:$param,
-                       ArrayAttr:$dims, DenseI64ArrayAttr:$sizes,
-                       MDL_ElementTypeAttr:$dtype,
-                       OptionalAttr<MDL_ParallelStyleAttr>:$style,
-                       OptionalAttr<StrAttr>:$expert,
-                       StrAttr:$stage);
-  let assemblyFormat = [{
-    $path `:` $dims $sizes $dtype (`style` $style^)? (`expert` $expert^)?
-    `from` $module `param` $param `stage` $stage attr-dict
-  }];
-  let hasVerifier = 1;
-}
-
 #endif // MDL_DIALECT_MDL_MDLOPS_TD
