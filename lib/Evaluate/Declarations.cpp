@@ -103,7 +103,7 @@ private:
   rt::Expr fnOrNone(Region &region) { return exprs.makeOrNone(region); }
   void style(ModuleDeclOp m, ParallelStyleAttr s, rt::ParamDecl &p);
   rt::ChildDecl child(ModuleDeclOp m, Operation *op);
-  rt::TermDecl term(TermAttr t, ModuleDeclOp scope);
+  rt::TermDecl term(TermAttr t, ModuleDeclOp scope, Operation *op);
   std::vector<rt::NamePiece> namePieces(Operation *op, ArrayAttr segments,
                                         Region &args, bool indexPiece);
   LogicalResult viewAxes(TensorOp t, ModuleDeclOp module,
@@ -111,6 +111,8 @@ private:
 
   ExprFactory &exprs;
   const DeclarationOptions &options;
+  /// Whether an error was reported (a layout that cannot be bound).
+  bool failed = false;
 };
 
 void DeclBuilder::style(ModuleDeclOp m, ParallelStyleAttr s, rt::ParamDecl &p) {
@@ -257,7 +259,7 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
   return out;
 }
 
-rt::TermDecl DeclBuilder::term(TermAttr t, ModuleDeclOp scope) {
+rt::TermDecl DeclBuilder::term(TermAttr t, ModuleDeclOp scope, Operation *op) {
   switch (t.getKind()) {
   case TermKind::dim: {
     std::vector<std::string> names = atoms(scope, t.getName().getValue());
@@ -273,7 +275,7 @@ rt::TermDecl DeclBuilder::term(TermAttr t, ModuleDeclOp scope) {
   case TermKind::product: {
     std::vector<rt::TermDecl> children;
     for (TermAttr c : t.terms())
-      children.push_back(term(c, scope));
+      children.push_back(term(c, scope, op));
     return rt::product(std::move(children));
   }
   case TermKind::parts: {
@@ -287,11 +289,13 @@ rt::TermDecl DeclBuilder::term(TermAttr t, ModuleDeclOp scope) {
         ResolvedParam r = resolveParam(scope, param, why);
         if (r.decl)
           owner = r.owner;
+        else
+          (void)(op->emitError() << why), failed = true;
       }
       rt::TermDecl::Part &part = parts.emplace_back();
       part.param = param.str();
       for (TermAttr c : p.terms())
-        part.shape.push_back(term(c, owner));
+        part.shape.push_back(term(c, owner, op));
     }
     return rt::parts(std::move(parts));
   }
@@ -312,8 +316,14 @@ std::vector<rt::NamePiece> DeclBuilder::namePieces(Operation *op,
       piece.text = text.str();
     } else if (auto ref = dyn_cast<FlatSymbolRefAttr>(s)) {
       ModuleDeclOp module = getLayoutModule(op->getParentOfType<LayoutOp>());
+      std::vector<std::string> names = atoms(module, ref.getValue());
+      if (names.size() != 1) {
+        op->emitError() << "a name is indexed by an atomic dimension; '"
+                        << ref.getValue() << "' is factored";
+        failed = true;
+      }
       piece.kind = rt::NamePiece::Family;
-      piece.text = atoms(module, ref.getValue()).front();
+      piece.text = names.front();
     } else {
       int64_t n = cast<IntegerAttr>(s).getInt();
       auto yield = cast<YieldOp>(args.front().back());
@@ -358,7 +368,7 @@ DeclBuilder::viewAxes(TensorOp t, ModuleDeclOp module,
       }
     };
     collect(v);
-    if (!ok)
+    if (!ok || axis.factor <= 0)
       return t.emitError("a view size is a product of positive numbers and "
                          "dimensions, which stand for their per-rank sizes");
     axis.claim = isa_and_nonnull<GetOp>(v.getDefiningOp());
@@ -388,7 +398,7 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
       for (TermAttr axis : layout.axisTerms()) {
         std::vector<rt::TermDecl> terms;
         for (TermAttr c : axis.terms())
-          terms.push_back(term(c, scope));
+          terms.push_back(term(c, scope, t));
         d.axes.push_back(std::move(terms));
       }
       if (auto s = t.getForStack())
@@ -399,7 +409,7 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
         d.offset = int64_t(*o);
       if (auto s = t.getStored())
         d.stored = toDType(*s);
-      if (!t.getView().empty() && failed(viewAxes(t, module, d.view)))
+      if (!t.getView().empty() && mlir::failed(viewAxes(t, module, d.view)))
         ok = false;
       if (auto s = t.getSplit()) {
         d.split = int(*s);
@@ -434,7 +444,7 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
           {c.getChoice().str(), fn(c.getValue()), where(c)});
     }
   }
-  return success(ok);
+  return success(ok && !failed);
 }
 
 rt::BackendDecl DeclBuilder::backend(BackendOp b) {

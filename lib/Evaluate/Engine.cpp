@@ -93,13 +93,42 @@ Location mdl::locationOf(StringRef where, Location fallback) {
   return FileLineColLoc::get(fallback.getContext(), file, line, col);
 }
 
+void mdl::emitEngineError(const rt::EvalError &error, Location fallback) {
+  InFlightDiagnostic diag = emitError(locationOf(error.where, fallback))
+                            << error.message;
+  for (const rt::EvalError::Note &n : error.notes)
+    diag.attachNote(locationOf(n.where, fallback)) << n.message;
+}
+
 void mdl::emitEngineError(StringRef error, Location fallback) {
+  // The first line is the error, with its location; the others its notes.
+  auto [first, more] = error.split('\n');
+  rt::EvalError e;
   StringRef file, rest;
   unsigned line, col;
-  if (!splitLocation(error, file, line, col, rest)) {
-    emitError(fallback) << error;
-    return;
+  e.message = first.str();
+  if (splitLocation(first, file, line, col, rest)) {
+    e.where = first.take_front(first.size() - rest.size()).rtrim(" :").str();
+    e.message = rest.str();
   }
-  emitError(FileLineColLoc::get(fallback.getContext(), file, line, col))
-      << rest;
+  while (!more.empty()) {
+    StringRef note;
+    std::tie(note, more) = more.split('\n');
+    size_t at = note.find("note: ");
+    if (at == StringRef::npos)
+      continue;
+    e.notes.push_back(
+        {note.take_front(at).rtrim(" :").str(), note.drop_front(at + 6).str()});
+  }
+  emitEngineError(e, fallback);
+}
+
+std::unique_ptr<rt::Model> mdl::instantiate(const SpecDecls &decls,
+                                            rt::HFConfig config) {
+  std::vector<rt::EvalError> errors;
+  std::unique_ptr<rt::Model> model =
+      rt::Model::create(decls.model(), std::move(config), errors);
+  for (const rt::EvalError &e : errors)
+    emitEngineError(e, decls.modelOp().getLoc());
+  return model;
 }

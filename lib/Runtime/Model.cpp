@@ -68,6 +68,14 @@ TermDecl mdl::rt::parts(std::vector<TermDecl::Part> parts) {
   return t;
 }
 
+std::string EvalError::text() const {
+  std::string out = where.empty() ? message : where + ": " + message;
+  for (const Note &n : notes)
+    out +=
+        "\n" + (n.where.empty() ? "" : n.where + ": ") + "note: " + n.message;
+  return out;
+}
+
 const ModuleDecl *ModelDecl::find(const std::string &module) const {
   for (const ModuleDecl &m : modules)
     if (m.name == module)
@@ -98,7 +106,9 @@ std::optional<HFConfig> HFConfig::load(const std::string &path,
             json::Value::kindName(root->kind());
     return std::nullopt;
   }
-  return fromJson(std::move(*root), path);
+  HFConfig c = fromJson(std::move(*root), path);
+  c.text = std::move(text);
+  return c;
 }
 
 HFConfig HFConfig::fromJson(json::Value root, std::string path) {
@@ -122,6 +132,26 @@ bool HFConfig::keyMatches(std::string_view path, std::string_view key) {
   return path == key || (path.size() > key.size() &&
                          path.substr(path.size() - key.size()) == key &&
                          path[path.size() - key.size() - 1] == '.');
+}
+
+/// Whether `v` is `root` or inside it.
+static bool isWithin(const json::Value &root, const json::Value &v) {
+  if (&root == &v)
+    return true;
+  for (const json::Value &e : root.elements())
+    if (isWithin(e, v))
+      return true;
+  for (const auto &m : root.members())
+    if (isWithin(m.second, v))
+      return true;
+  return false;
+}
+
+std::string HFConfig::locate(const json::Value &v) const {
+  if (text.empty() || !isWithin(root, v))
+    return "";
+  auto [line, col] = json::lineColumn(text, v.offset);
+  return filePath + ":" + std::to_string(line) + ":" + std::to_string(col);
 }
 
 const json::Value *HFConfig::lookup(std::string_view path) const {
@@ -160,16 +190,27 @@ Value Eval::hf(const char *path, const char *type) {
   Value out;
   std::string error;
   if (!valueFromJson(*j, type, out, error)) {
+    // A list element's error starts with its index path: "[1][0] is ...";
+    // the note points at that element.
     std::string where = path;
+    const json::Value *bad = j;
     while (!error.empty() && error[0] == '[') {
       size_t close = error.find(']');
       where += error.substr(0, close + 1);
+      bad = &bad->elements()[std::stoul(error.substr(1, close - 1))];
       error = error.substr(close + 1);
     }
     if (!error.empty() && error[0] == ' ')
       error.erase(0, 1);
-    throw EvalError{"'" + where + "' in '" + scope.model->config().path() +
-                    "' " + error};
+    const HFConfig &config = scope.model->config();
+    std::string at = config.locate(*bad);
+    EvalError e{"'" + where + "' " +
+                (at.empty() ? std::string("(from --set)")
+                            : "in '" + config.path() + "'") +
+                " " + error};
+    if (!at.empty())
+      e.notes.push_back({at, "the value is here"});
+    throw e;
   }
   return out;
 }
@@ -272,6 +313,8 @@ const Value &Instance::get(const std::string &name) {
       decl = &v;
   if (!decl)
     throw EvalError{"'" + name + "' is not defined in '" + module->name + "'"};
+  if (failed.count(name))
+    throw EvalError{"", "", {}, /*reported=*/true};
   if (inProgress[name])
     throw EvalError{"'" + name + "' depends on itself"};
   if (model->evalDepth >= kMaxEvalDepth)
@@ -289,26 +332,40 @@ const Value &Instance::get(const std::string &name) {
     }
   } done{inProgress, name, model->evalDepth};
 
-  Value result = at(decl->where, [&]() -> Value {
-    if (decl->kind == ValueDecl::Input) {
-      if (auto it = inputs.find(name); it != inputs.end())
-        return it->second;
+  // A failure is reported once, where the name is declared; what reads
+  // the name fails too, without a report of its own.
+  auto report = [&](EvalError &e) {
+    failed.insert(name);
+    if (!e.reported)
+      model->errors.push_back(e);
+    e = EvalError{"", "", {}, /*reported=*/true};
+  };
+  Value result;
+  try {
+    result = at(decl->where, [&]() -> Value {
+      if (decl->kind == ValueDecl::Input) {
+        if (auto it = inputs.find(name); it != inputs.end())
+          return it->second;
+        return evalOne(*this, decl->expr, Value());
+      }
+      if (!decl->factors.empty()) {
+        int64_t size = 1;
+        for (const std::string &f : decl->factors)
+          if (__builtin_mul_overflow(size, get(f).i, &size))
+            throw EvalError{"the size of dimension '" + name +
+                            "' does not fit in 64 bits"};
+        return Value::integer(size);
+      }
       return evalOne(*this, decl->expr, Value());
-    }
-    if (!decl->factors.empty()) {
-      int64_t size = 1;
-      for (const std::string &f : decl->factors)
-        if (__builtin_mul_overflow(size, get(f).i, &size))
-          throw EvalError{"the size of dimension '" + name +
-                          "' does not fit in 64 bits"};
-      return Value::integer(size);
-    }
-    return evalOne(*this, decl->expr, Value());
-  });
-  if (decl->kind == ValueDecl::Dim && result.i <= 0)
-    fail(decl->where, "dimension '" + name + "' of " + describe() +
-                          " has size " + std::to_string(result.i) +
-                          "; sizes must be positive");
+    });
+    if (decl->kind == ValueDecl::Dim && result.i <= 0)
+      fail(decl->where, "dimension '" + name + "' of " + describe() +
+                            " has size " + std::to_string(result.i) +
+                            "; sizes must be positive");
+  } catch (EvalError &e) {
+    report(e);
+    throw;
+  }
   return cache[name] = std::move(result);
 }
 
@@ -318,6 +375,28 @@ const Value &Instance::get(const std::string &name) {
 
 std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
                                      std::string &error) {
+  std::vector<EvalError> errors;
+  std::unique_ptr<Model> m = create(decl, std::move(config), errors);
+  if (!m)
+    error = errors.front().text();
+  return m;
+}
+
+/// Runs `f`; an error it throws is added to `errors` (unless counted
+/// already). Whether it succeeded.
+template <typename F> static bool collect(std::vector<EvalError> &errors, F f) {
+  try {
+    f();
+    return true;
+  } catch (EvalError &e) {
+    if (!e.reported)
+      errors.push_back(std::move(e));
+    return false;
+  }
+}
+
+std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
+                                     std::vector<EvalError> &errors) {
   std::unique_ptr<Model> m(new Model(decl, std::move(config)));
   const ModuleDecl &top = decl.modules.front();
   m->rootInstance = std::make_unique<Instance>();
@@ -330,17 +409,17 @@ std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
   for (const std::string &l : top.last)
     m->placement[l] = "last";
   m->stagedStack = top.stages;
-  try {
-    if (top.defaultDType)
+  if (top.defaultDType)
+    collect(m->errors, [&] {
       m->defaultDType =
           at(top.where, [&] { return evalOne(root, top.defaultDType, {}); })
               .dtype;
-    m->build(root);
-  } catch (EvalError &e) {
-    error = e.text();
-    return nullptr;
-  }
-  return m;
+    });
+  collect(m->errors, [&] { m->build(root); });
+  if (m->errors.empty())
+    return m;
+  errors = std::move(m->errors);
+  return nullptr;
 }
 
 void Model::build(Instance &node) {
@@ -354,12 +433,24 @@ void Model::build(Instance &node) {
     int &depth;
     ~Leave() { --depth; }
   } leave{evalDepth};
+  // Every value first, so that each bad one is reported once, where
+  // declared; then every requirement.
+  bool ok = true;
   for (const ValueDecl &v : node.module->values)
-    node.get(v.name);
+    ok &= collect(errors, [&] { node.get(v.name); });
+  if (!ok)
+    throw EvalError{"", "", {}, /*reported=*/true};
   for (const RequireDecl &r : node.module->requirements)
-    if (!at(r.where, [&] { return evalOne(node, r.cond, {}); }).i)
-      fail(r.where, "requirement failed: " + r.message +
-                        (node.parent ? " (in " + node.describe() + ")" : ""));
+    ok &= collect(errors, [&] {
+      if (at(r.where, [&] { return evalOne(node, r.cond, {}); }).i)
+        return;
+      EvalError e{"requirement failed: " + r.message, r.where};
+      if (node.parent)
+        e.notes.push_back({node.module->where, "in " + node.describe()});
+      throw e;
+    });
+  if (!ok)
+    throw EvalError{"", "", {}, /*reported=*/true};
   buildParams(node);
   buildChildren(node);
 }
@@ -401,6 +492,9 @@ void Model::buildParams(Instance &node) {
       fail(d.where, "parameter '" + p.path +
                         "' has no dtype: give it one, or give the model a "
                         "default with `dtype = bf16;`");
+    if (++paramCount > kMaxParams)
+      fail(d.where, "the model has more than " + std::to_string(kMaxParams) +
+                        " parameters");
     node.params.push_back(std::move(p));
   };
   for (const ParamDecl &d : node.module->params) {
@@ -471,8 +565,12 @@ std::unique_ptr<Instance> Model::makeChild(Instance &parent,
       });
     return child;
   }
-  fail(c.where, "no case of '" + c.name + "' applies" +
-                    (index ? " at index " + std::to_string(index->i) : ""));
+  EvalError e{"no case of '" + c.name + "' applies" +
+                  (index ? " at index " + std::to_string(index->i) : ""),
+              c.where};
+  if (parent.parent)
+    e.notes.push_back({parent.module->where, "in " + parent.describe()});
+  throw e;
 }
 
 void Model::buildChildren(Instance &node) {
@@ -931,10 +1029,12 @@ private:
   void bindNode(Instance &node, const std::vector<NameSegment> &prefix) {
     const LayoutDecl *layout = layoutFor(node);
     if (!layout && !node.params.empty())
-      fail(node.module->where, "module '" + node.module->name +
-                                   "' has parameters but no layout for "
-                                   "backend '" +
-                                   backend.name + "'");
+      throw EvalError{
+          "module '" + node.module->name +
+              "' has parameters but no layout for backend '" + backend.name +
+              "'",
+          node.module->where,
+          {{node.module->where, "first used by " + node.describe()}}};
     if (layout) {
       for (const DerivedDecl &d : layout->derived) {
         if (!at(d.where, [&] {

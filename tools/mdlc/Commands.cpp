@@ -457,19 +457,19 @@ BoundSpec mdl::bindSpec(const Options &options, mlir::ModuleOp top,
   std::unique_ptr<SpecDecls> decls = SpecDecls::build(model);
   if (!decls)
     return out;
-  const rt::BackendDecl *backend = decls->backend(backendName);
-  if (!backend)
-    return out;
   std::optional<rt::HFConfig> config =
       loadEngineConfig(path, options.sets, context);
   if (!config)
     return out;
+  std::shared_ptr<rt::Model> instance = instantiate(*decls, std::move(*config));
+  if (!instance)
+    return out;
+  const rt::BackendDecl *backend = decls->backend(backendName);
+  if (!backend)
+    return out;
   std::string error;
-  std::shared_ptr<rt::Model> instance =
-      rt::Model::create(decls->model(), std::move(*config), error);
-  if (instance)
-    out.binding = rt::Binding::bind(std::move(instance), *backend,
-                                    options.choices, error);
+  out.binding =
+      rt::Binding::bind(std::move(instance), *backend, options.choices, error);
   if (!out.binding) {
     emitEngineError(error, model.getLoc());
     return out;

@@ -33,13 +33,8 @@ int mdl::runEmit(const Options &options, ModuleOp top, MLIRContext &context) {
   if (!options.hfConfig.empty()) {
     std::optional<rt::HFConfig> config =
         loadEngineConfig(options.hfConfig, options.sets, context);
-    std::string error;
-    if (!config)
+    if (!config || !instantiate(*decls, std::move(*config)))
       return 1;
-    if (!rt::Model::create(decls->model(), std::move(*config), error)) {
-      emitEngineError(error, model.getLoc());
-      return 1;
-    }
   }
   std::vector<std::string> backends = options.backends;
   if (backends.empty())

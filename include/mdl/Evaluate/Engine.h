@@ -49,9 +49,17 @@ loadEngineConfig(const std::string &path,
 /// The location "file:line:col" names, or `fallback` when it names none.
 mlir::Location locationOf(llvm::StringRef where, mlir::Location fallback);
 
-/// Reports an error of the runtime ("file:line:col: message", or a bare
-/// message) at its location, else at `fallback`.
+/// Reports an error of the runtime at its location, else at `fallback`,
+/// with its notes.
+void emitEngineError(const rt::EvalError &error, mlir::Location fallback);
+/// The same for an error as text (rt::EvalError::text(): "file:line:col:
+/// message", then a line "file:line:col: note: message" per note).
 void emitEngineError(llvm::StringRef error, mlir::Location fallback);
+
+/// Instantiates `decls`' model for `config`; null after reporting every
+/// error.
+std::unique_ptr<rt::Model> instantiate(const SpecDecls &decls,
+                                       rt::HFConfig config);
 
 } // namespace mdl
 

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,17 @@ struct EvalError {
   /// (the compiler's interpreter knows it), else of the declaration being
   /// evaluated, which the engine puts in.
   std::string where;
-  std::string text() const {
-    return where.empty() ? message : where + ": " + message;
-  }
+  /// More places to look at: a config value, the instance it happened in.
+  struct Note {
+    std::string where, message;
+  };
+  std::vector<Note> notes;
+  /// Already counted among the model's errors: a name whose evaluation
+  /// failed earlier, or what depends on it.
+  bool reported = false;
+
+  /// "where: message", then a line "where: note: message" per note.
+  std::string text() const;
 };
 
 //===----------------------------------------------------------------------===//
@@ -289,6 +298,9 @@ public:
   /// `.key`; value is JSON, or else a string.
   void addOverride(const std::string &key, const std::string &value);
   const json::Value *lookup(std::string_view path) const;
+  /// "file:line:col" of a value of the config file; "" for a value an
+  /// override gives.
+  std::string locate(const json::Value &v) const;
   /// Whether override `key` applies to dotted path `path`.
   static bool keyMatches(std::string_view path, std::string_view key);
   /// An override's value: JSON, or else a string.
@@ -296,7 +308,7 @@ public:
   const std::string &path() const { return filePath; }
 
 private:
-  std::string filePath;
+  std::string filePath, text;
   json::Value root;
   std::vector<std::pair<std::string, json::Value>> overrides;
 };
@@ -343,6 +355,8 @@ private:
   class Model *model = nullptr;
   std::map<std::string, Value> inputs, cache;
   std::map<std::string, bool> inProgress;
+  /// Names whose evaluation failed (and was reported).
+  std::set<std::string> failed;
 };
 
 /// A model instantiated for a config.
@@ -352,6 +366,11 @@ public:
   /// location, then the message) on any failure.
   static std::unique_ptr<Model> create(const ModelDecl &decl, HFConfig config,
                                        std::string &error);
+  /// The same, with every error: each bad value of a module once (where
+  /// declared), each failed requirement, then the first error of building
+  /// parameters and children.
+  static std::unique_ptr<Model> create(const ModelDecl &decl, HFConfig config,
+                                       std::vector<EvalError> &errors);
 
   const ModelDecl &decl() const { return *modelDecl; }
   const HFConfig &config() const { return hfConfig; }
@@ -383,6 +402,9 @@ private:
   int64_t elementCount = 0;
   /// Names being evaluated, and instances being built, one inside another.
   int evalDepth = 0;
+  /// Parameters so far, bounded by kMaxParams.
+  size_t paramCount = 0;
+  std::vector<EvalError> errors;
 };
 
 /// What generated expressions read: the instance's names, the config, the
