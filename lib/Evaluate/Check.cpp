@@ -153,7 +153,8 @@ static std::string generalizeIndices(const std::string &message) {
 }
 
 void CheckSession::add(Finding f, const std::string &config) {
-  auto key = std::make_tuple(f.check, generalizeIndices(f.message), f.at);
+  auto key = std::make_tuple(f.check, generalizeIndices(f.message),
+                             f.at.getAsOpaquePointer());
   auto it = index.find(key);
   if (it != index.end()) {
     Finding &old = found[it->second];
@@ -176,38 +177,37 @@ namespace {
 
 /// Compares the stacks and instances of two instantiations of one model:
 /// the overridden one may not have more than the checkpoint's config.
-void compareDepths(InstanceNode &over, InstanceNode &orig,
-                   const std::string &configFile,
-                   llvm::function_ref<void(Operation *, std::string)> report) {
-  for (Operation &op : over.module.getBodyBlock()) {
-    if (auto st = dyn_cast<StackOp>(op)) {
-      auto o = over.stacks.find(st.getSymName().str());
-      auto g = orig.stacks.find(st.getSymName().str());
+void compareDepths(
+    rt::Instance &over, rt::Instance &orig, const std::string &configFile,
+    llvm::function_ref<void(const std::string &, std::string)> report) {
+  for (const rt::ChildDecl &c : over.module->children) {
+    if (c.stack) {
+      auto o = over.stacks.find(c.name);
+      auto g = orig.stacks.find(c.name);
       size_t asked = o == over.stacks.end() ? 0 : o->second.size();
       size_t has = g == orig.stacks.end() ? 0 : g->second.size();
-      std::string where = (over.path.empty() ? "" : over.path + ".") +
-                          st.getSymName().str();
+      std::string where = (over.path.empty() ? "" : over.path + ".") + c.name;
       if (asked > has)
-        report(st, "the overrides ask for " + std::to_string(asked) +
-                       " elements of stack '" + where +
-                       "', but the checkpoint's config (" + configFile +
-                       ") has " + std::to_string(has));
+        report(c.where, "the overrides ask for " + std::to_string(asked) +
+                            " elements of stack '" + where +
+                            "', but the checkpoint's config (" + configFile +
+                            ") has " + std::to_string(has));
       for (size_t i = 0; i < std::min(asked, has); ++i)
         compareDepths(*o->second[i], *g->second[i], configFile, report);
-    } else if (auto in = dyn_cast<InstanceOp>(op)) {
-      auto o = over.instances.find(in.getSymName().str());
-      auto g = orig.instances.find(in.getSymName().str());
-      if (o == over.instances.end())
-        continue;
-      if (g == orig.instances.end()) {
-        report(in, "the overrides ask for '" + o->second->describe() +
-                       "', which the checkpoint's config (" + configFile +
-                       ") does not have");
-        continue;
-      }
-      if (o->second->module == g->second->module)
-        compareDepths(*o->second, *g->second, configFile, report);
+      continue;
     }
+    auto o = over.instances.find(c.name);
+    auto g = orig.instances.find(c.name);
+    if (o == over.instances.end())
+      continue;
+    if (g == orig.instances.end()) {
+      report(c.where, "the overrides ask for '" + o->second->describe() +
+                          "', which the checkpoint's config (" + configFile +
+                          ") does not have");
+      continue;
+    }
+    if (o->second->module == g->second->module)
+      compareDepths(*o->second, *g->second, configFile, report);
   }
 }
 
@@ -243,6 +243,26 @@ private:
 };
 } // namespace
 
+/// The elements of a parameter (its sizes were checked not to overflow).
+static int64_t elementsOf(const rt::ParamInstance &p) {
+  int64_t n = 1;
+  for (int64_t s : p.sizes)
+    n *= s;
+  return n;
+}
+
+/// Every parameter of an instantiated model, and their elements.
+static std::pair<size_t, int64_t> countParams(rt::Model &inst) {
+  std::pair<size_t, int64_t> out;
+  inst.walk([&](rt::Instance &node) {
+    for (const rt::ParamInstance &p : node.params) {
+      ++out.first;
+      out.second += elementsOf(p);
+    }
+  });
+  return out;
+}
+
 /// `point` with the axes a backend's mesh lacks at 1.
 static ParallelConfig onMesh(ParallelConfig point,
                              const std::vector<MeshAxis> &mesh) {
@@ -271,15 +291,16 @@ static std::string pipelineKey(const ParallelConfig &point) {
 /// `fixed` as given there; the first is the defaults' (as the model's
 /// layout gives them, else each choice's first option).
 static std::vector<std::map<std::string, std::string>>
-choiceCombinations(Instantiation &inst, const Backend &backend,
+choiceCombinations(rt::Model &inst, const rt::BackendDecl &backend,
                    const std::map<std::string, std::string> &fixed) {
   // A default that fails to evaluate is the binding's to report.
   std::map<std::string, std::string> defaults;
+  std::string ignored;
   if (std::optional<std::map<std::string, std::string>> d =
-          defaultChoices(inst, backend))
+          rt::defaultChoices(inst, backend, ignored))
     defaults = std::move(*d);
   std::vector<std::map<std::string, std::string>> combos = {{}};
-  for (const auto &[name, options] : backend.choices()) {
+  for (const auto &[name, options, where] : backend.choices) {
     std::vector<std::map<std::string, std::string>> next;
     auto it = fixed.find(name);
     // A fixed value that is no option stays, for the binding to refuse.
@@ -312,119 +333,19 @@ choiceLabel(const std::map<std::string, std::string> &combo,
 
 namespace {
 
-/// What a checkpoint settles that the config leaves open: the backend's
-/// choices and the config entries marked `detect`. The compiler's engine,
-/// by the rules generated code follows (rt::detectCheckpoint): both settle
-/// through rt::settle.
-struct Detected {
-  std::vector<std::pair<std::string, std::string>> values;
-  std::map<std::string, std::string> choices;
-  std::string note;
-};
-
-std::optional<Detected>
-detectCheckpoint(ModuleDeclOp model, const std::string &configPath,
-                 const std::vector<std::string> &sets, const Backend &backend,
-                 const std::map<std::string, std::string> &fixed,
-                 const CheckpointContents &ckpt) {
-  MLIRContext &ctx = *model.getContext();
-  // Errors are the main instantiation's to report.
-  ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
-  std::unique_ptr<HFConfig> config = HFConfig::load(configPath, ctx);
-  std::unique_ptr<Instantiation> plain =
-      config ? Instantiation::create(model, *config) : nullptr;
-  // Entries the overrides give are not open.
-  std::unique_ptr<HFConfig> asked = HFConfig::load(configPath, ctx);
-  if (!plain || !asked)
-    return std::nullopt;
-  for (const std::string &s : sets)
-    asked->addOverride(s.substr(0, s.find('=')), s.substr(s.find('=') + 1));
-  std::vector<rt::Unknown> unknowns;
-  std::optional<std::map<std::string, std::string>> defaults =
-      defaultChoices(*plain, backend);
-  if (!defaults)
-    return std::nullopt;
-  for (auto &[name, options] : backend.choices())
-    if (!fixed.count(name))
-      unknowns.push_back(
-          {name, options,
-           size_t(llvm::find(options, (*defaults)[name]) - options.begin()),
-           false});
-  for (auto c : model.getBodyBlock().getOps<ConfigOp>()) {
-    std::vector<std::string> keys;
-    c.getValue().walk([&](HfOp h) { keys.push_back(h.getPath().str()); });
-    if (c.getDetect().empty() || keys.empty() ||
-        llvm::any_of(keys, [&](const std::string &k) {
-          const json::Value *j = asked->lookup(k);
-          return j && j->kind() != json::Value::Null;
-        }))
-      continue;
-    rt::Unknown u;
-    u.entry = true;
-    u.name = *std::min_element(keys.begin(), keys.end(),
-                               [](const std::string &a, const std::string &b) {
-                                 return a.size() < b.size();
-                               });
-    FailureOr<EvalValue> dflt = plain->root->get(c.getSymName(), c.getLoc());
-    FailureOr<EvalValue> candidates =
-        plain->root->evalOne(c.getDetect(), EvalValue::listOf({}));
-    if (failed(dflt) || failed(candidates))
-      return std::nullopt;
-    std::vector<EvalValue> values = candidates->list;
-    if (!llvm::is_contained(values, *dflt))
-      values.insert(values.begin(), *dflt);
-    for (const EvalValue &v : values) {
-      if (v == *dflt)
-        u.dflt = u.options.size();
-      u.options.push_back(json::write(toJson(v)));
-    }
-    unknowns.push_back(std::move(u));
-  }
-
-  // One instance per combination of entry values.
-  std::map<std::vector<size_t>,
-           std::pair<std::unique_ptr<HFConfig>, std::unique_ptr<Instantiation>>>
-      insts;
-  auto instFor = [&](const std::vector<size_t> &pick) -> Instantiation * {
-    if (rt::entriesAtDefaults(unknowns, pick))
-      return plain.get();
-    auto [it, fresh] = insts.try_emplace(rt::pickedEntries(unknowns, pick));
-    auto &[cfg, instance] = it->second;
-    if (fresh && (cfg = HFConfig::load(configPath, ctx))) {
-      for (size_t i = 0; i < unknowns.size(); ++i)
-        if (unknowns[i].entry)
-          cfg->addOverride(unknowns[i].name, unknowns[i].options[pick[i]]);
-      instance = Instantiation::create(model, *cfg);
-    }
-    return instance.get();
-  };
-  std::optional<rt::Settlement> settled = rt::settle(
-      unknowns, [&](const std::vector<size_t> &pick) -> std::optional<rt::Match> {
-        Instantiation *inst = instFor(pick);
-        std::unique_ptr<BoundModel> bm =
-            inst ? bindModel(*inst, backend,
-                             rt::pickedChoices(unknowns, pick, fixed))
-                 : nullptr;
-        if (!bm)
-          return std::nullopt;
-        rt::Match m;
-        m.params = bm->layout.params.size();
-        for (const rt::TensorListing &t : rt::listTensors(bm->layout, {}))
-          m.present += ckpt.count(t.name);
-        return m;
-      });
-  if (!settled)
-    return std::nullopt;
-  Detected d;
-  d.choices = rt::pickedChoices(unknowns, settled->pick, fixed);
-  for (size_t i = 0; i < unknowns.size(); ++i)
-    if (unknowns[i].entry)
-      d.values.push_back({unknowns[i].name, unknowns[i].options[settled->pick[i]]});
-  d.note = rt::detectedNote(unknowns, *settled);
-  return d;
+/// Binds `inst` to `backend`; nothing after reporting why it fails.
+std::optional<rt::BoundLayout>
+bindTo(rt::Model &inst, const rt::BackendDecl &backend,
+       const std::map<std::string, std::string> &choices, Location loc) {
+  std::vector<rt::EvalError> errors;
+  std::optional<rt::BoundLayout> bound =
+      rt::bindModel(inst, backend, choices, errors);
+  for (const rt::EvalError &e : errors)
+    emitEngineError(e, loc);
+  return bound;
 }
 
-std::set<std::string> tensorNames(const BoundModel &bm) {
+std::set<std::string> tensorNames(const rt::BoundLayout &bm) {
   std::set<std::string> out;
   for (const rt::TensorListing &t : rt::listTensors(bm.layout, {}))
     out.insert(t.name);
@@ -442,9 +363,19 @@ void CheckSession::checkModel(
     size_t eq = c.find('=');
     choices[c.substr(0, eq)] = c.substr(eq + 1);
   }
+  std::vector<std::pair<std::string, std::string>> sets;
+  for (const std::string &s : opts.sets) {
+    size_t eq = s.find('=');
+    sets.push_back({s.substr(0, eq), s.substr(eq + 1)});
+  }
+  std::unique_ptr<SpecDecls> decls = SpecDecls::build(model);
+  if (!decls) {
+    ok = false;
+    return;
+  }
   // With a checkpoint, what the config leaves open is what it holds.
-  std::optional<Detected> detected;
-  std::unique_ptr<Backend> ckptBackend;
+  std::optional<rt::Detection> detected;
+  const rt::BackendDecl *ckptBackend = nullptr;
   if (opts.checkpoint.kind != CheckpointSource::None) {
     if (!checkpoint) {
       llvm::Expected<CheckpointContents> read =
@@ -459,28 +390,32 @@ void CheckSession::checkModel(
     }
     {
       TagErrors tag(ctx, "bind");
-      ckptBackend = Backend::lookup(model, opts.checkpointBackend);
+      ckptBackend = decls->backend(opts.checkpointBackend);
     }
     if (!ckptBackend) {
       ok = false;
       return;
     }
-    detected = detectCheckpoint(model, configPath, opts.sets, *ckptBackend,
-                                choices, *checkpoint);
+    // Errors are the main instantiation's to report.
+    std::string ignored;
+    if (std::optional<rt::HFConfig> plain =
+            rt::HFConfig::load(configPath, ignored))
+      detected = rt::detectCheckpoint(
+          decls->model(), *ckptBackend, *plain, sets, choices,
+          [&](const std::string &name) { return checkpoint->count(name) > 0; },
+          ignored);
   }
-  auto load = [&](bool withSets) {
-    std::unique_ptr<HFConfig> c = HFConfig::load(configPath, ctx);
+  auto load = [&](bool withSets) -> std::optional<rt::HFConfig> {
+    std::optional<rt::HFConfig> c = loadEngineConfig(configPath, {}, ctx);
     if (c && detected)
       for (const auto &[k, v] : detected->values)
         c->addOverride(k, v);
     if (c && withSets)
-      for (const std::string &s : opts.sets) {
-        size_t eq = s.find('=');
-        c->addOverride(s.substr(0, eq), s.substr(eq + 1));
-      }
+      for (const auto &[k, v] : sets)
+        c->addOverride(k, v);
     return c;
   };
-  std::unique_ptr<HFConfig> config;
+  std::optional<rt::HFConfig> config;
   {
     TagErrors tag(ctx, "config");
     config = load(true);
@@ -489,10 +424,10 @@ void CheckSession::checkModel(
     ok = false;
     return;
   }
-  std::unique_ptr<Instantiation> inst;
+  std::unique_ptr<rt::Model> inst;
   {
     TagErrors tag(ctx, "instantiate");
-    inst = Instantiation::create(model, *config);
+    inst = instantiate(*decls, *config);
   }
   if (!inst) {
     ok = false;
@@ -501,22 +436,21 @@ void CheckSession::checkModel(
   std::string modelName = model.getSymName().str();
 
   // Overrides may lower a depth, never raise it past the checkpoint's.
-  Instantiation *held = inst.get();
+  rt::Model *held = inst.get();
+  std::unique_ptr<rt::Model> orig;
   if (!opts.sets.empty()) {
-    std::unique_ptr<HFConfig> plain = load(false);
     ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
-    std::unique_ptr<Instantiation> orig =
-        plain ? Instantiation::create(model, *plain) : nullptr;
+    if (std::optional<rt::HFConfig> plain = load(false))
+      orig = instantiate(*decls, std::move(*plain));
     if (orig)
-      compareDepths(*inst->root, *orig->root, configPath,
-                    [&](Operation *at, std::string message) {
-                      add({"stack-depth", message, at, modelName, "",
+      compareDepths(inst->root(), orig->root(), configPath,
+                    [&](const std::string &at, std::string message) {
+                      add({"stack-depth", message,
+                           locationOf(at, model.getLoc()), modelName, "",
                            configPath, "", 0},
                           "");
                     });
     held = orig.get();
-    configs.push_back(std::move(plain));
-    insts.push_back(std::move(orig));
   }
 
   if (ckptBackend)
@@ -538,17 +472,14 @@ void CheckSession::checkModel(
     Summary sum;
     sum.model = modelName;
     sum.configFile = configPath;
-    for (const ConcreteParam *p : inst->allParams()) {
-      ++sum.params;
-      sum.elements += p->numElements();
-    }
+    std::tie(sum.params, sum.elements) = countParams(*inst);
     sums.push_back(sum);
   }
   for (const std::string &spelled : backends) {
-    std::unique_ptr<Backend> backend;
+    const rt::BackendDecl *backend;
     {
       TagErrors tag(ctx, "bind");
-      backend = Backend::lookup(model, spelled);
+      backend = decls->backend(spelled);
     }
     if (!backend) {
       ok = false;
@@ -567,82 +498,80 @@ void CheckSession::checkModel(
   // The parallel configurations the spec says real deployments use must
   // be valid.
   for (auto d : model.getBodyBlock().getOps<DeployOp>())
-    checkDeploy(model, d, *inst, choices, configPath);
+    checkDeploy(model, d, *decls, *inst, choices, configPath);
 
   // A name that ignores a stack's index shows only with two elements:
   // stacks of one (an MTP block of depth 1) are named again at two.
-  std::unique_ptr<Instantiation> two;
+  std::unique_ptr<rt::Model> two;
   {
     ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
-    two = Instantiation::create(model, *config, /*raiseSingleStacks=*/true);
+    two = instantiate(*decls, *config, /*raiseSingleStacks=*/true);
   }
-  if (two && !two->raisedStacks().empty()) {
-    std::string label = "stack";
-    for (const std::string &st : two->raisedStacks())
-      label += " " + st;
-    label += " at 2 elements";
-    for (const std::string &spelled : backends) {
-      std::unique_ptr<Backend> backend = Backend::lookup(model, spelled);
-      if (!backend)
+  if (!two || two->raisedStacks().empty())
+    return;
+  std::string label = "stack";
+  for (const std::string &st : two->raisedStacks())
+    label += " " + st;
+  label += " at 2 elements";
+  for (const std::string &spelled : backends) {
+    ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
+    const rt::BackendDecl *backend = decls->backend(spelled);
+    if (!backend)
+      continue;
+    // As the spec names it, however the command line spelled it.
+    const std::string &b = backend->name;
+    std::optional<rt::BoundLayout> bm = bindTo(
+        *two, *backend, choiceCombinations(*two, *backend, choices).front(),
+        model.getLoc());
+    if (!bm)
+      continue;
+    auto at = [&](int source) {
+      return locationOf(bm->sources[size_t(source)], model.getLoc());
+    };
+    std::set<std::string> namedPipelines;
+    for (ParallelConfig point : points) {
+      point = onMesh(point, bm->layout.mesh);
+      rt::Planner planner(bm->layout, point);
+      if (!planner.valid() || !namedPipelines.insert(pipelineKey(point)).second)
         continue;
-      // As the spec names it, however the command line spelled it.
-      const std::string b = backend->name().str();
-      std::unique_ptr<BoundModel> bm;
-      {
-        ScopedDiagnosticHandler quiet(&ctx,
-                                      [](Diagnostic &) { return success(); });
-        bm = bindModel(*two, *backend,
-                       choiceCombinations(*two, *backend, choices).front());
+      for (const rt::Problem &p : rt::checkNames(planner)) {
+        Finding f{p.check, p.message,  at(p.source), modelName,
+                  b,       configPath, "",           0};
+        if (p.related >= 0)
+          f.related = at(p.related);
+        add(std::move(f), point.str() + " " + label);
       }
-      if (!bm)
-        continue;
-      std::set<std::string> namedPipelines;
-      for (ParallelConfig point : points) {
-        point = onMesh(point, bm->layout.mesh);
-        rt::Planner planner(bm->layout, point);
-        if (!planner.valid() ||
-            !namedPipelines.insert(pipelineKey(point)).second)
-          continue;
-        for (const rt::Problem &p : rt::checkNames(planner)) {
-          Finding f{p.check, p.message, bm->sources[size_t(p.source)],
-                    modelName, b, configPath, "", 0};
-          if (p.related >= 0)
-            f.related = bm->sources[size_t(p.related)];
-          add(std::move(f), point.str() + " " + label);
-        }
-      }
-      bound.push_back(std::move(bm));
     }
-    insts.push_back(std::move(two));
   }
-  configs.push_back(std::move(config));
-  insts.push_back(std::move(inst));
 }
 
-void CheckSession::checkBinding(
-    ModuleDeclOp model, Instantiation &inst, const Backend &backend,
-    const std::map<std::string, std::string> &combo, const std::string &label,
-    const std::string &configPath, const std::vector<ParallelConfig> &points,
-    bool summarize) {
+void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
+                                const rt::BackendDecl &backend,
+                                const std::map<std::string, std::string> &combo,
+                                const std::string &label,
+                                const std::string &configPath,
+                                const std::vector<ParallelConfig> &points,
+                                bool summarize) {
   std::string modelName = model.getSymName().str();
-  std::string b = backend.name().str();
+  const std::string &b = backend.name;
   // Where a finding occurs: the parallel configuration and the choices
   // that are not their defaults.
   auto where = [&](const std::string &cfg) {
     return cfg.empty() ? label : label.empty() ? cfg : cfg + " " + label;
   };
-  std::unique_ptr<BoundModel> bm;
+  std::optional<rt::BoundLayout> bm;
   {
     TagErrors tag(*model.getContext(), "bind");
-    bm = bindModel(inst, backend, combo);
+    bm = bindTo(inst, backend, combo, model.getLoc());
   }
   if (!bm) {
     ok = false;
     return;
   }
   const rt::ModelLayout &layout = bm->layout;
-  auto at = [&](int source) -> Operation * {
-    return source >= 0 ? bm->sources[size_t(source)] : model.getOperation();
+  auto at = [&](int source) -> Location {
+    return source >= 0 ? locationOf(bm->sources[size_t(source)], model.getLoc())
+                       : model.getLoc();
   };
   auto finding = [&](std::string check, std::string message, int source,
                      const std::string &cfg, int related = -1) {
@@ -714,10 +643,11 @@ void CheckSession::checkBinding(
         continue;
       Operation *decl = SymbolTable::lookupSymbolIn(model, member);
       add({"unplaced",
-           "member '" + member + "' is placed on no pipeline stage: no "
-           "configuration with pp > 1 can hold it (list it under first, "
-           "last or stages)",
-           decl ? decl : model.getOperation(), modelName, b, configPath, "",
+           "member '" + member +
+               "' is placed on no pipeline stage: no "
+               "configuration with pp > 1 can hold it (list it under first, "
+               "last or stages)",
+           decl ? decl->getLoc() : model.getLoc(), modelName, b, configPath, "",
            0},
           label);
     }
@@ -750,7 +680,7 @@ void CheckSession::checkBinding(
       if (points.size() == 1)
         for (const std::string &why : planner.invalidReasons())
           add({"parallel", cfg + " is not a valid configuration: " + why,
-               model, modelName, b, configPath, "", 0},
+               model.getLoc(), modelName, b, configPath, "", 0},
               where(cfg));
       continue;
     }
@@ -768,26 +698,26 @@ void CheckSession::checkBinding(
   }
   if (summarize)
     sums.push_back(std::move(sum));
-  bound.push_back(std::move(bm));
 }
 
-void CheckSession::checkDeploy(ModuleDeclOp model, DeployOp deploy,
-                               Instantiation &inst,
-                               const std::map<std::string, std::string> &choices,
-                               const std::string &configPath) {
+void CheckSession::checkDeploy(
+    ModuleDeclOp model, DeployOp deploy, SpecDecls &decls, rt::Model &inst,
+    const std::map<std::string, std::string> &choices,
+    const std::string &configPath) {
   std::string b = deploy.getBackend().str();
   if (!opts.backends.empty() && !llvm::is_contained(opts.backends, b))
     return;
-  std::unique_ptr<BoundModel> bm;
+  std::optional<rt::BoundLayout> bm;
   {
     TagErrors tag(*model.getContext(), "bind");
-    std::unique_ptr<Backend> backend = Backend::lookup(deploy, b);
+    const rt::BackendDecl *backend = decls.backend(b, deploy.getLoc());
     if (!backend) {
       ok = false;
       return;
     }
-    bm = bindModel(inst, *backend,
-                   choiceCombinations(inst, *backend, choices).front());
+    bm = bindTo(inst, *backend,
+                choiceCombinations(inst, *backend, choices).front(),
+                model.getLoc());
   }
   if (!bm) {
     ok = false;
@@ -805,21 +735,20 @@ void CheckSession::checkDeploy(ModuleDeclOp model, DeployOp deploy,
       add({"deploy",
            point.str() + ", which deployments of " + modelName + " on " + b +
                " use, is not a valid configuration of the spec: " + why,
-           deploy, modelName, b, configPath, "", 0},
+           deploy.getLoc(), modelName, b, configPath, "", 0},
           point.str());
   }
-  bound.push_back(std::move(bm));
 }
 
 void CheckSession::checkCheckpoint(
-    ModuleDeclOp model, Instantiation &inst, Instantiation *held,
-    const Backend &backend, const std::string &configPath,
+    ModuleDeclOp model, rt::Model &inst, rt::Model *held,
+    const rt::BackendDecl &backend, const std::string &configPath,
     const std::map<std::string, std::string> &choices,
     const std::string &detected) {
-  std::unique_ptr<BoundModel> best;
+  std::optional<rt::BoundLayout> best;
   {
     TagErrors tag(*model.getContext(), "bind");
-    best = bindModel(inst, backend, choices);
+    best = bindTo(inst, backend, choices, model.getLoc());
   }
   if (!best) {
     ok = false;
@@ -827,12 +756,13 @@ void CheckSession::checkCheckpoint(
   }
   // The tensors of stack elements the overrides leave out are skipped.
   std::set<std::string> dropped;
+  std::string ignored;
   if (held && held != &inst)
-    if (std::unique_ptr<BoundModel> all = bindModel(*held, backend, choices)) {
+    if (std::optional<rt::BoundLayout> all =
+            rt::bindModel(*held, backend, choices, ignored)) {
       dropped = tensorNames(*all);
       for (const std::string &name : tensorNames(*best))
         dropped.erase(name);
-      bound.push_back(std::move(all));
     }
   std::string modelName = model.getSymName().str();
   for (CheckpointFinding &f :
@@ -844,10 +774,7 @@ void CheckSession::checkCheckpoint(
   Summary sum;
   sum.model = modelName;
   sum.configFile = configPath;
-  for (const ConcreteParam *p : inst.allParams()) {
-    ++sum.params;
-    sum.elements += p->numElements();
-  }
+  std::tie(sum.params, sum.elements) = countParams(inst);
   size_t expected = rt::listTensors(best->layout, {}).size();
   sum.note = "checkpoint " + opts.checkpoint.path + ": " +
              std::to_string(checkpoint->size()) + " tensors, " +
@@ -862,7 +789,6 @@ void CheckSession::checkCheckpoint(
   if (!detected.empty())
     sum.note += ", " + detected;
   sums.push_back(std::move(sum));
-  bound.push_back(std::move(best));
 }
 
 LogicalResult CheckSession::prepare(ModuleOp top) {

@@ -1,6 +1,7 @@
 //===- Checkpoint.cpp - Comparing a spec with a real checkpoint -----------===//
 
 #include "mdl/Evaluate/Checkpoint.h"
+#include "mdl/Evaluate/Engine.h"
 
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/File.h"
@@ -110,7 +111,7 @@ mdl::readCheckpointContents(const CheckpointSource &source) {
 // Comparing
 //===----------------------------------------------------------------------===//
 
-size_t mdl::countPresent(const BoundModel &bound,
+size_t mdl::countPresent(const rt::BoundLayout &bound,
                          const CheckpointContents &ckpt) {
   size_t n = 0;
   for (const rt::TensorListing &t : rt::listTensors(bound.layout, {}))
@@ -134,11 +135,11 @@ size_t likeness(StringRef a, StringRef b) {
 
 class Comparison {
 public:
-  Comparison(const BoundModel &bound, const CheckpointContents &ckpt,
+  Comparison(const rt::BoundLayout &bound, const CheckpointContents &ckpt,
              ModuleDeclOp model, StringRef configPath,
              const std::set<std::string> &dropped)
-      : bound(bound), ckpt(ckpt), model(model), configPath(configPath),
-        dropped(dropped) {}
+      : bound(bound), ckpt(ckpt), modelLoc(model.getLoc()),
+        configPath(configPath), dropped(dropped) {}
 
   std::vector<CheckpointFinding> run() {
     expected = rt::listTensors(bound.layout, {});
@@ -146,10 +147,10 @@ public:
     for (size_t i = 0; i < expected.size(); ++i) {
       const rt::TensorListing &t = expected[i];
       names.insert(t.name);
-      InstanceNode *node = nodeOf(t);
+      rt::Instance *node = nodeOf(t);
       auto it = ckpt.find(t.name);
       bool present = it != ckpt.end();
-      for (InstanceNode *n = node; n; n = n->parent) {
+      for (rt::Instance *n = node; n; n = n->parent) {
         ++total[n];
         if (!present)
           ++absent[n];
@@ -194,26 +195,34 @@ public:
       report("checkpoint-unexpected",
              "the checkpoint holds tensor " + what +
                  ", which the spec does not describe",
-             model);
+             modelLoc);
     }
     return std::move(out);
   }
 
 private:
-  InstanceNode *nodeOf(const rt::TensorListing &t) const {
+  rt::Instance *nodeOf(const rt::TensorListing &t) const {
     return bound.tensorNodes[size_t(t.spec - bound.layout.tensors.data())];
   }
-  Operation *at(const rt::TensorListing &t) const {
-    return bound.sources[size_t(t.spec->source)];
+  Location at(const rt::TensorListing &t) const {
+    return locationOf(bound.sources[size_t(t.spec->source)], modelLoc);
   }
-  InstanceNode *rootOf() const {
-    InstanceNode *n = bound.tensorNodes.front();
+  /// Where `module` declares its child `member`.
+  Location memberLoc(const rt::ModuleDecl &module,
+                     const std::string &member) const {
+    for (const rt::ChildDecl &c : module.children)
+      if (c.name == member)
+        return locationOf(c.where, modelLoc);
+    return modelLoc;
+  }
+  rt::Instance *rootOf() const {
+    rt::Instance *n = bound.tensorNodes.front();
     while (n->parent)
       n = n->parent;
     return n;
   }
-  void report(std::string check, std::string message, Operation *op) {
-    out.push_back({std::move(check), std::move(message), op});
+  void report(std::string check, std::string message, Location loc) {
+    out.push_back({std::move(check), std::move(message), loc});
   }
   static std::string commonPrefix(const std::string &a, const std::string &b) {
     size_t n = 0;
@@ -224,7 +233,7 @@ private:
   /// Whether the checkpoint holds nothing of an instance: none of its
   /// tensors, and nothing else where they would be (which would rather be
   /// another storage of them).
-  bool whollyAbsent(InstanceNode *n) {
+  bool whollyAbsent(rt::Instance *n) {
     if (total.lookup(n) == 0 || absent.lookup(n) != total.lookup(n))
       return false;
     std::string where = prefix.lookup(n);
@@ -236,7 +245,7 @@ private:
 
   /// Reports the highest instances the checkpoint holds nothing of, and the
   /// elements of stacks it holds nothing of, as config disagreements.
-  void reportAbsentParts(InstanceNode &node) {
+  void reportAbsentParts(rt::Instance &node) {
     for (auto &[member, child] : node.instances) {
       if (!whollyAbsent(child.get())) {
         reportAbsentParts(*child);
@@ -247,7 +256,7 @@ private:
              "the config (" + configPath + ") gives " + child->describe() +
                  ", but the checkpoint holds none of its " +
                  std::to_string(total.lookup(child.get())) + " tensors",
-             SymbolTable::lookupSymbolIn(node.module, member));
+             memberLoc(*node.module, member));
     }
     for (auto &[member, elements] : node.stacks) {
       std::vector<int64_t> gone;
@@ -270,13 +279,13 @@ private:
              "the config (" + configPath + ") gives stack '" + stack + "' " +
                  std::to_string(elements.size()) +
                  " elements, but the checkpoint holds nothing of " + which +
-                 " (it holds " +
-                 std::to_string(elements.size() - gone.size()) + ")",
-             SymbolTable::lookupSymbolIn(node.module, member));
+                 " (it holds " + std::to_string(elements.size() - gone.size()) +
+                 ")",
+             memberLoc(*node.module, member));
     }
   }
 
-  bool isCovered(InstanceNode *n) const {
+  bool isCovered(rt::Instance *n) const {
     for (; n; n = n->parent)
       if (covered.count(n))
         return true;
@@ -322,26 +331,27 @@ private:
     }
   }
 
-  const BoundModel &bound;
+  const rt::BoundLayout &bound;
   const CheckpointContents &ckpt;
-  ModuleDeclOp model;
+  Location modelLoc;
   std::string configPath;
   const std::set<std::string> &dropped;
   std::vector<rt::TensorListing> expected;
   std::vector<size_t> missing;
   std::set<std::string> unexpected;
-  llvm::DenseMap<InstanceNode *, size_t> total, absent;
+  llvm::DenseMap<rt::Instance *, size_t> total, absent;
   /// The common prefix of the names of the tensors under an instance.
-  llvm::DenseMap<InstanceNode *, std::string> prefix;
-  std::set<InstanceNode *> covered;
+  llvm::DenseMap<rt::Instance *, std::string> prefix;
+  std::set<rt::Instance *> covered;
   std::vector<CheckpointFinding> out;
 };
 
 } // namespace
 
 std::vector<CheckpointFinding>
-mdl::compareCheckpoint(const BoundModel &bound, const CheckpointContents &ckpt,
-                       ModuleDeclOp model, StringRef configPath,
+mdl::compareCheckpoint(const rt::BoundLayout &bound,
+                       const CheckpointContents &ckpt, ModuleDeclOp model,
+                       StringRef configPath,
                        const std::set<std::string> &dropped) {
   if (bound.tensorNodes.empty())
     return {};

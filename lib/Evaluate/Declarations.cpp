@@ -381,6 +381,7 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
   out.module = l.getModule().str();
   if (auto mount = l.getMount())
     out.mount = mount->str();
+  out.where = where(l);
   bool ok = true;
   for (Operation &op : l.getBodyBlock()) {
     if (auto t = dyn_cast<TensorOp>(op)) {

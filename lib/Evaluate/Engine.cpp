@@ -5,10 +5,28 @@
 #include "mdl/Runtime/Cli.h"
 
 #include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Path.h"
 
 using namespace mlir;
 using namespace mdl;
+
+std::vector<std::string> mdl::exampleConfigPaths(ModuleDeclOp model) {
+  std::vector<std::string> out;
+  auto examples = model.getExamples();
+  if (!examples)
+    return out;
+  StringRef dir;
+  if (auto loc = dyn_cast<FileLineColLoc>(model.getLoc()))
+    dir = llvm::sys::path::parent_path(loc.getFilename().getValue());
+  for (Attribute a : *examples) {
+    SmallString<256> path(dir);
+    llvm::sys::path::append(path, cast<StringAttr>(a).getValue());
+    out.push_back(std::string(path));
+  }
+  return out;
+}
 
 std::unique_ptr<SpecDecls> SpecDecls::build(ModuleDeclOp model) {
   InterpretingExprs exprs;
@@ -22,6 +40,10 @@ std::unique_ptr<SpecDecls> SpecDecls::build(ModuleDeclOp model) {
 }
 
 const rt::BackendDecl *SpecDecls::backend(StringRef spelled) {
+  return backend(spelled, op.getLoc());
+}
+
+const rt::BackendDecl *SpecDecls::backend(StringRef spelled, Location loc) {
   // Command lines say `mcore-te` or `MCORE_TE`; the specs, mcore_te.
   std::string name = cli::normalizeBackendName(spelled);
   if (auto it = backends.find(name); it != backends.end())
@@ -32,8 +54,8 @@ const rt::BackendDecl *SpecDecls::backend(StringRef spelled) {
     std::vector<std::string> known;
     for (auto k : top.getOps<BackendOp>())
       known.push_back(k.getSymName().str());
-    emitError(op.getLoc()) << "no backend named '" << spelled << "'"
-                           << cli::didYouMean(spelled, known);
+    emitError(loc) << "no backend named '" << spelled << "'"
+                   << cli::didYouMean(spelled, known);
     return nullptr;
   }
   InterpretingExprs exprs;
@@ -124,10 +146,11 @@ void mdl::emitEngineError(StringRef error, Location fallback) {
 }
 
 std::unique_ptr<rt::Model> mdl::instantiate(const SpecDecls &decls,
-                                            rt::HFConfig config) {
+                                            rt::HFConfig config,
+                                            bool raiseSingleStacks) {
   std::vector<rt::EvalError> errors;
-  std::unique_ptr<rt::Model> model =
-      rt::Model::create(decls.model(), std::move(config), errors);
+  std::unique_ptr<rt::Model> model = rt::Model::create(
+      decls.model(), std::move(config), errors, raiseSingleStacks);
   for (const rt::EvalError &e : errors)
     emitEngineError(e, decls.modelOp().getLoc());
   return model;

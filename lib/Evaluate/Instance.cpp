@@ -1036,20 +1036,3 @@ Instantiation::configValues() {
   }
   return out;
 }
-
-std::vector<std::string> mdl::exampleConfigPaths(ModuleDeclOp model) {
-  std::vector<std::string> out;
-  auto examples = model.getExamples();
-  if (!examples)
-    return out;
-  StringRef dir;
-  if (auto loc = dyn_cast<FileLineColLoc>(model.getLoc()))
-    dir = llvm::sys::path::parent_path(loc.getFilename().getValue());
-  for (Attribute a : *examples) {
-    SmallString<256> path(dir);
-    llvm::sys::path::append(path, cast<StringAttr>(a).getValue());
-    out.push_back(std::string(path));
-  }
-  return out;
-}
-

@@ -10,8 +10,10 @@
 #include "mdl/Evaluate/Interpreter.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
-#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <unordered_map>
 
 using namespace mlir;
 using namespace mdl;
@@ -97,12 +99,15 @@ public:
   }
 
 private:
-  rt::Value eval(Value v);
+  /// The value of `v`, where it is kept: a name of the instance in the
+  /// instance's cache (reading a long list of the config per layer copies
+  /// nothing), anything else here, computed once.
+  const rt::Value &eval(Value v);
   rt::Value evalOp(Operation *op);
   /// `v`, which must not be missing.
-  rt::Value present(Value v);
+  const rt::Value &present(Value v);
   /// Runs `f`, putting `op`'s location on an error that has none yet.
-  template <typename F> rt::Value at(Operation *op, F f) {
+  template <typename F> decltype(auto) at(Operation *op, F f) {
     try {
       return f();
     } catch (rt::EvalError &err) {
@@ -113,18 +118,29 @@ private:
   }
 
   rt::Eval &e;
-  llvm::DenseMap<Value, rt::Value> values;
+  struct Hash {
+    size_t operator()(Value v) const { return hash_value(v); }
+  };
+  /// Node-based, so that references to values stay valid.
+  std::unordered_map<Value, rt::Value, Hash> values;
   /// For a comprehension's body: the interpreter of the enclosing region,
   /// which evaluates (once) every value defined outside `scope`.
   Interpreter *parent;
   Region *scope;
 };
 
-rt::Value Interpreter::eval(Value v) {
+const rt::Value &Interpreter::eval(Value v) {
   if (auto it = values.find(v); it != values.end())
     return it->second;
   if (parent && !scope->isAncestor(v.getParentRegion()))
     return parent->eval(v);
+  if (auto g = v.getDefiningOp<GetOp>()) {
+    Operation *decl = lookupValueDecl(g, g.getName());
+    if (decl && isa<ModuleDeclOp>(decl->getParentOp()))
+      return at(g, [&]() -> const rt::Value & {
+        return e.get(g.getName().str().c_str());
+      });
+  }
   rt::Value r;
   if (auto arg = dyn_cast<BlockArgument>(v))
     // Comprehension variables are bound before their body runs; what is
@@ -135,11 +151,11 @@ rt::Value Interpreter::eval(Value v) {
   return values[v] = std::move(r);
 }
 
-rt::Value Interpreter::present(Value v) {
-  rt::Value r = eval(v);
+const rt::Value &Interpreter::present(Value v) {
+  const rt::Value &r = eval(v);
   Operation *op = v.getDefiningOp() ? v.getDefiningOp()
                                     : v.getParentRegion()->getParentOp();
-  return at(op, [&] { return e.present(r); });
+  return at(op, [&]() -> const rt::Value & { return e.present(r); });
 }
 
 rt::Value Interpreter::evalOp(Operation *op) {
@@ -175,7 +191,7 @@ rt::Value Interpreter::evalOp(Operation *op) {
         if (k == BinaryKind::or_)
           return rt::Value::boolean(rt::truthy(e, present(b.getLhs())) ||
                                     rt::truthy(e, present(b.getRhs())));
-        rt::Value l = present(b.getLhs());
+        const rt::Value &l = present(b.getLhs());
         return rt::bin(e, toBinaryOp(k), l, present(b.getRhs()));
       })
       .Case<NotOp>([&](NotOp n) {
@@ -187,11 +203,11 @@ rt::Value Interpreter::evalOp(Operation *op) {
                                                         : s.getFalseValue());
       })
       .Case<IndexOp>([&](IndexOp x) {
-        rt::Value list = present(x.getList());
+        const rt::Value &list = present(x.getList());
         return rt::index(e, list, present(x.getIndex()));
       })
       .Case<ContainsOp>([&](ContainsOp c) {
-        rt::Value list = present(c.getList());
+        const rt::Value &list = present(c.getList());
         return rt::contains(e, list, present(c.getValue()));
       })
       .Case<ListOp>([&](ListOp l) {

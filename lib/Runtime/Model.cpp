@@ -396,8 +396,10 @@ template <typename F> static bool collect(std::vector<EvalError> &errors, F f) {
 }
 
 std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
-                                     std::vector<EvalError> &errors) {
+                                     std::vector<EvalError> &errors,
+                                     bool raiseSingleStacks) {
   std::unique_ptr<Model> m(new Model(decl, std::move(config)));
+  m->raiseSingles = raiseSingleStacks;
   const ModuleDecl &top = decl.modules.front();
   m->rootInstance = std::make_unique<Instance>();
   Instance &root = *m->rootInstance;
@@ -424,10 +426,10 @@ std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
 
 void Model::build(Instance &node) {
   if (evalDepth >= kMaxEvalDepth)
-    throw EvalError{"module '" + node.module->name +
-                    "' is instantiated more than " +
-                    std::to_string(kMaxEvalDepth) +
-                    " deep in names and instances"};
+    throw EvalError{
+        "module '" + node.module->name + "' is instantiated more than " +
+            std::to_string(kMaxEvalDepth) + " deep in names and instances",
+        node.module->where};
   ++evalDepth;
   struct Leave {
     int &depth;
@@ -603,6 +605,10 @@ void Model::buildChildren(Instance &node) {
     node.childOrder.push_back(c.name);
     bool staged = !node.parent && c.name == stagedStack;
     auto it = placement.find(c.name);
+    if (raiseSingles && count == 1 && !staged) {
+      count = 2;
+      raised.push_back(childPath(c.name));
+    }
     for (int64_t i = 0; i < count; ++i) {
       Value index = Value::integer(i);
       std::unique_ptr<Instance> child = makeChild(
@@ -697,9 +703,12 @@ public:
   }
 
 private:
+  /// The source id of a declaration: one per place in the spec.
   int source(const std::string &where) {
-    out.sources.push_back(where);
-    return int(out.sources.size() - 1);
+    auto [it, fresh] = sourceIds.try_emplace(where, int(out.sources.size()));
+    if (fresh)
+      out.sources.push_back(where);
+    return it->second;
   }
   const LayoutDecl *layoutFor(const Instance &node) const {
     auto it = layouts.find(node.module->name);
@@ -822,11 +831,32 @@ private:
     size_t numParams = out.layout.params.size();
     BlockScaleResult r = addBlockScales(
         out.layout, model.dtype().value_or(DType::BF16));
-    if (!r.errors.empty()) {
-      const TensorSpec &t = out.layout.tensors[size_t(r.errors[0].first)];
-      fail(out.sources[size_t(t.source)],
-           "tensor '" + renderName(t, 0) + "' " + r.errors[0].second);
+    // One error per layout entry, with its first tensor and how many more:
+    // a transposed entry of a layer would otherwise be reported once per
+    // layer.
+    std::map<std::string, std::pair<size_t, int>> grouped; // first, more
+    std::vector<std::string> order;
+    for (size_t e = 0; e < r.errors.size(); ++e) {
+      const std::string &entry = out.sources[size_t(
+          out.layout.tensors[size_t(r.errors[e].first)].source)];
+      auto [it, fresh] = grouped.try_emplace(entry, e, 0);
+      if (fresh)
+        order.push_back(entry);
+      else
+        ++it->second.second;
     }
+    for (const std::string &entry : order) {
+      auto [first, more] = grouped[entry];
+      const TensorSpec &t = out.layout.tensors[size_t(r.errors[first].first)];
+      std::string message =
+          "tensor '" + renderName(t, 0) + "' " + r.errors[first].second;
+      if (more)
+        message += " (and " + std::to_string(more) + " more tensor" +
+                   (more > 1 ? "s" : "") + " of this entry)";
+      errors.push_back({message + " [block-scale]", entry});
+    }
+    if (!errors.empty())
+      throw EvalError{"", "", {}, /*reported=*/true};
     for (size_t i = numParams; i < out.layout.params.size(); ++i)
       out.params.push_back(
           out.params[size_t(out.layout.params[i].scaleOf)]);
@@ -966,6 +996,7 @@ private:
                   const std::vector<NameSegment> &prefix, Instance *element) {
     TensorSpec t;
     t.source = source(d.where);
+    t.mounts = mountChain;
     t.unit = unitOf(element ? element : &node);
     std::vector<Value> args;
     if (element)
@@ -1069,9 +1100,13 @@ private:
         bindTensor(node, t, prefix, nullptr);
       }
     }
-    auto mountOf = [&](const std::string &member, Instance &child,
-                       const Value *index,
-                       bool staged) -> std::vector<NameSegment> {
+    // A child's name, and in `from` the entry that decides it: a mount of
+    // this layout, the child layout's own mount, else the member.
+    auto mountOf = [&](const ChildDecl &c, Instance &child, const Value *index,
+                       bool staged,
+                       std::string &from) -> std::vector<NameSegment> {
+      const std::string &member = c.name;
+      from = c.where;
       if (layout)
         for (const MountDecl &m : layout->mounts) {
           if (m.member != member)
@@ -1084,6 +1119,7 @@ private:
                                choices.get(), args);
               }).i)
             continue;
+          from = m.where;
           return render(node, m.path, index, staged, m.where);
         }
       std::vector<NameSegment> name;
@@ -1102,18 +1138,30 @@ private:
         return name;
       }
       const LayoutDecl *childLayout = layoutFor(child);
+      if (childLayout && childLayout->mount)
+        from = childLayout->where;
       seg.text = childLayout && childLayout->mount ? *childLayout->mount
                                                    : member;
       name.push_back(seg);
       return name;
     };
-    for (const std::string &member : node.childOrder) {
-      if (auto it = node.instances.find(member); it != node.instances.end()) {
-        bindNode(*it->second, join(prefix, mountOf(member, *it->second,
-                                                   nullptr, false)));
+    // Each child under the mounts that place it, so that a name two of
+    // them share can be blamed on the mount.
+    auto bindChild = [&](Instance &child, std::vector<NameSegment> name,
+                         const std::string &from) {
+      mountChain.push_back({source(from), mountedNodes++});
+      bindNode(child, join(prefix, name));
+      mountChain.pop_back();
+    };
+    for (const ChildDecl &c : node.module->children) {
+      std::string from;
+      if (auto it = node.instances.find(c.name); it != node.instances.end()) {
+        std::vector<NameSegment> name =
+            mountOf(c, *it->second, nullptr, false, from);
+        bindChild(*it->second, std::move(name), from);
         continue;
       }
-      auto it = node.stacks.find(member);
+      auto it = node.stacks.find(c.name);
       if (it == node.stacks.end())
         continue;
       bool staged = !node.parent && !it->second.empty() &&
@@ -1122,13 +1170,27 @@ private:
                         Placement::Layer;
       for (auto &child : it->second) {
         Value index = Value::integer(child->stackIndex);
-        bindNode(*child, join(prefix, mountOf(member, *child, &index, staged)));
+        std::vector<NameSegment> name =
+            mountOf(c, *child, &index, staged, from);
+        bindChild(*child, std::move(name), from);
       }
       if (staged)
         out.layout.stagedLayers = int64_t(it->second.size());
     }
   }
 
+public:
+  /// Errors reported together (the block scales of several entries).
+  std::vector<EvalError> errors;
+
+private:
+  /// The mounts that place the node being bound, outermost first, and a
+  /// number for each node they place.
+  std::vector<std::pair<int, int>> mountChain;
+  int mountedNodes = 0;
+  std::map<std::string, int> sourceIds;
+
+private:
   Model &model;
   const BackendDecl &backend;
   std::shared_ptr<std::map<std::string, std::string>> choices;
@@ -1171,10 +1233,32 @@ mdl::rt::defaultChoices(Model &model, const BackendDecl &backend) {
   return out;
 }
 
+std::optional<std::map<std::string, std::string>>
+mdl::rt::defaultChoices(Model &model, const BackendDecl &backend,
+                        std::string &error) {
+  try {
+    return defaultChoices(model, backend);
+  } catch (EvalError &e) {
+    error = e.text();
+    return std::nullopt;
+  }
+}
+
 std::optional<BoundLayout>
 mdl::rt::bindModel(Model &model, const BackendDecl &backend,
                    const std::map<std::string, std::string> &choices,
                    std::string &error) {
+  std::vector<EvalError> errors;
+  std::optional<BoundLayout> out = bindModel(model, backend, choices, errors);
+  if (!out)
+    error = errors.front().text();
+  return out;
+}
+
+std::optional<BoundLayout>
+mdl::rt::bindModel(Model &model, const BackendDecl &backend,
+                   const std::map<std::string, std::string> &choices,
+                   std::vector<EvalError> &errors) {
   auto bound = std::make_shared<std::map<std::string, std::string>>();
   for (const auto &[name, value] : choices) {
     auto it = std::find_if(backend.choices.begin(), backend.choices.end(),
@@ -1183,24 +1267,26 @@ mdl::rt::bindModel(Model &model, const BackendDecl &backend,
         std::find(it->options.begin(), it->options.end(), value) !=
             it->options.end())
       continue;
-    error = EvalError{"backend " + backend.name + " has no option '" + value +
-                          "' for choice '" + name + "' (options:",
-                      it->where}
-                .text();
+    std::string options;
     for (const std::string &o : it->options)
-      error += " " + o;
-    error += ")";
+      options += " " + o;
+    errors.push_back({"backend " + backend.name + " has no option '" + value +
+                          "' for choice '" + name + "' (options:" + options +
+                          ")",
+                      it->where});
     return std::nullopt;
   }
   BoundLayout out;
+  Binder binder(model, backend, bound, out);
   try {
     *bound = defaultChoices(model, backend);
     for (const auto &[name, value] : choices)
       if (bound->count(name))
         (*bound)[name] = value;
-    Binder(model, backend, bound, out).run();
+    binder.run();
   } catch (EvalError &e) {
-    error = e.text();
+    errors = e.reported ? std::move(binder.errors)
+                        : std::vector<EvalError>{std::move(e)};
     return std::nullopt;
   }
   return out;

@@ -47,6 +47,14 @@ struct CheckPassImpl : public Base {
 
   void runOnOperation() override {
     ModuleOp top = this->getOperation();
+    // The runtime's engine reads backends with their bases folded in (a
+    // no-op on a module prepared already).
+    OpPassManager prepare(ModuleOp::getOperationName());
+    prepare.addPass(createPrepareEmit());
+    if (failed(this->runPipeline(prepare, top))) {
+      this->signalPassFailure();
+      return;
+    }
     if (!session) {
       CheckOptions o;
       o.hfConfig = this->hfConfig;
@@ -74,7 +82,7 @@ struct CheckPassImpl : public Base {
       if (!llvm::is_contained(ids, f.check))
         continue;
       failed |= findingsFail;
-      auto diag = f.at->emitError() << f.message << " [" << f.check << "]";
+      auto diag = emitError(f.at) << f.message << " [" << f.check << "]";
       if (f.similar)
         diag << " (and " << f.similar << " more like it)";
       std::string where = f.model;
@@ -87,7 +95,7 @@ struct CheckPassImpl : public Base {
                    " more configuration" + (f.configs > 2 ? "s" : "");
       }
       if (f.related)
-        diag.attachNote(f.related->getLoc()) << "the other one";
+        diag.attachNote(f.related) << "the other one";
       diag.attachNote() << "in " << where << ", instantiated from "
                         << f.configFile;
     }

@@ -426,8 +426,7 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
     return 0;
   }
   // The runtime's engine reads backends with their bases folded in.
-  if (options.command == "params" || options.command == "plan" ||
-      options.command == "lora") {
+  if (options.command != "check") {
     mlir::PassManager pm(&context);
     pm.addPass(createPrepareEmit());
     if (mlir::failed(pm.run(*fe.module)))

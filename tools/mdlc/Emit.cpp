@@ -21,10 +21,6 @@ int mdl::runEmit(const Options &options, ModuleOp top, MLIRContext &context) {
   ModuleDeclOp model = theModel(top, options.files.front());
   if (!model)
     return 1;
-  PassManager pm(&context);
-  pm.addPass(createPrepareEmit());
-  if (failed(pm.run(top)))
-    return 1;
   std::unique_ptr<SpecDecls> decls = SpecDecls::build(model);
   if (!decls)
     return 1;

@@ -11,8 +11,8 @@
 #ifndef MDL_EVALUATE_CHECK_H
 #define MDL_EVALUATE_CHECK_H
 
-#include "mdl/Evaluate/Bind.h"
 #include "mdl/Evaluate/Checkpoint.h"
+#include "mdl/Evaluate/Engine.h"
 #include "mdl/Runtime/Plan.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -62,7 +62,7 @@ public:
   struct Finding {
     std::string check;
     std::string message;
-    mlir::Operation *at = nullptr;
+    mlir::LocationAttr at;
     std::string model, backend, configFile;
     /// The parallel configurations it occurs in (the first one, and how many).
     std::string firstConfig;
@@ -71,7 +71,7 @@ public:
     /// How many more places (other layers) have the same problem.
     int similar = 0;
     /// Another place involved, shown as a note.
-    mlir::Operation *related = nullptr;
+    mlir::LocationAttr related;
   };
   const std::vector<Finding> &findings() const { return found; }
 
@@ -96,21 +96,22 @@ private:
   /// Checks one binding of the model, under one combination of the
   /// backend's choices (`label` names those that are not the defaults);
   /// `summarize`: its counts make the backend's summary.
-  void checkBinding(ModuleDeclOp model, Instantiation &inst,
-                    const Backend &backend,
+  void checkBinding(ModuleDeclOp model, rt::Model &inst,
+                    const rt::BackendDecl &backend,
                     const std::map<std::string, std::string> &combo,
                     const std::string &label, const std::string &configPath,
                     const std::vector<ParallelConfig> &points, bool summarize);
   /// Reports each configuration of a `deploy` the spec makes invalid.
-  void checkDeploy(ModuleDeclOp model, DeployOp deploy, Instantiation &inst,
+  void checkDeploy(ModuleDeclOp model, DeployOp deploy, SpecDecls &decls,
+                   rt::Model &inst,
                    const std::map<std::string, std::string> &choices,
                    const std::string &configPath);
   void add(Finding f, const std::string &config);
   /// Compares the checkpoint with `inst` bound with `choices`; `held` is
   /// the model as the checkpoint holds it (before overrides), `detected`
   /// what the checkpoint settled.
-  void checkCheckpoint(ModuleDeclOp model, Instantiation &inst,
-                       Instantiation *held, const Backend &backend,
+  void checkCheckpoint(ModuleDeclOp model, rt::Model &inst, rt::Model *held,
+                       const rt::BackendDecl &backend,
                        const std::string &configPath,
                        const std::map<std::string, std::string> &choices,
                        const std::string &detected);
@@ -119,13 +120,8 @@ private:
   bool prepared = false;
   bool ok = true;
   std::vector<Finding> found;
-  std::map<std::tuple<std::string, std::string, mlir::Operation *>, size_t>
-      index;
+  std::map<std::tuple<std::string, std::string, const void *>, size_t> index;
   std::vector<Summary> sums;
-  /// Instantiations and bindings stay alive: findings point into their IR.
-  std::vector<std::unique_ptr<HFConfig>> configs;
-  std::vector<std::unique_ptr<Instantiation>> insts;
-  std::vector<std::unique_ptr<BoundModel>> bound;
   std::optional<CheckpointContents> checkpoint;
 };
 

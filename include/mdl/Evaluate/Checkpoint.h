@@ -11,7 +11,8 @@
 #ifndef MDL_EVALUATE_CHECKPOINT_H
 #define MDL_EVALUATE_CHECKPOINT_H
 
-#include "mdl/Evaluate/Bind.h"
+#include "mdl/Dialect/MDL/MDLOps.h"
+#include "mdl/Runtime/Model.h"
 
 #include "llvm/Support/Error.h"
 
@@ -47,12 +48,13 @@ readCheckpointContents(const CheckpointSource &source);
 struct CheckpointFinding {
   std::string check; // checkpoint-missing, -unexpected, -shape, -dtype, -config
   std::string message;
-  mlir::Operation *at = nullptr;
+  mlir::LocationAttr at;
 };
 
 /// How many of the tensors `bound` expects (at one rank, without
 /// parallelism) the checkpoint holds by name.
-size_t countPresent(const BoundModel &bound, const CheckpointContents &ckpt);
+size_t countPresent(const rt::BoundLayout &bound,
+                    const CheckpointContents &ckpt);
 
 /// The differences between the tensors `bound` expects and `ckpt`. A tensor
 /// missing under a name while the checkpoint holds an unexpected one of the
@@ -63,7 +65,7 @@ size_t countPresent(const BoundModel &bound, const CheckpointContents &ckpt);
 /// reported at `model`, but for those in `dropped` (of stack elements an
 /// override leaves out), which are skipped.
 std::vector<CheckpointFinding>
-compareCheckpoint(const BoundModel &bound, const CheckpointContents &ckpt,
+compareCheckpoint(const rt::BoundLayout &bound, const CheckpointContents &ckpt,
                   ModuleDeclOp model, llvm::StringRef configPath,
                   const std::set<std::string> &dropped = {});
 

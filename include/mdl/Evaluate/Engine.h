@@ -32,6 +32,8 @@ public:
   /// The backend named `spelled` (`mcore-te` or `mcore_te`); null after
   /// reporting that there is none.
   const rt::BackendDecl *backend(llvm::StringRef spelled);
+  /// The same, reporting at `loc` (a deploy naming it, say).
+  const rt::BackendDecl *backend(llvm::StringRef spelled, mlir::Location loc);
 
 private:
   ModuleDeclOp op;
@@ -46,6 +48,10 @@ loadEngineConfig(const std::string &path,
                  const std::vector<std::pair<std::string, std::string>> &sets,
                  mlir::MLIRContext &context);
 
+/// The example configs of a model, resolved against the directory of the
+/// file that declares it.
+std::vector<std::string> exampleConfigPaths(ModuleDeclOp model);
+
 /// The location "file:line:col" names, or `fallback` when it names none.
 mlir::Location locationOf(llvm::StringRef where, mlir::Location fallback);
 
@@ -59,7 +65,8 @@ void emitEngineError(llvm::StringRef error, mlir::Location fallback);
 /// Instantiates `decls`' model for `config`; null after reporting every
 /// error.
 std::unique_ptr<rt::Model> instantiate(const SpecDecls &decls,
-                                       rt::HFConfig config);
+                                       rt::HFConfig config,
+                                       bool raiseSingleStacks = false);
 
 } // namespace mdl
 

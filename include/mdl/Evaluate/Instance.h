@@ -193,11 +193,6 @@ private:
   std::string stagedStack;
 };
 
-/// The example configs of a model, resolved against the directory of the
-/// file that declares it.
-std::vector<std::string> exampleConfigPaths(ModuleDeclOp model);
-
-
 } // namespace mdl
 
 #endif // MDL_EVALUATE_INSTANCE_H

@@ -229,6 +229,7 @@ struct DerivedDecl {
 struct LayoutDecl {
   std::string module;
   std::optional<std::string> mount;
+  std::string where;
   std::vector<TensorDecl> tensors;
   std::vector<MountDecl> mounts;
   std::vector<ShardDecl> shards;
@@ -369,8 +370,13 @@ public:
   /// The same, with every error: each bad value of a module once (where
   /// declared), each failed requirement, then the first error of building
   /// parameters and children.
+  /// With `raiseSingleStacks`, every stack of one element but the
+  /// pipelined one gets two (for checks of names that must depend on the
+  /// stack index); raisedStacks() lists them.
   static std::unique_ptr<Model> create(const ModelDecl &decl, HFConfig config,
-                                       std::vector<EvalError> &errors);
+                                       std::vector<EvalError> &errors,
+                                       bool raiseSingleStacks = false);
+  const std::vector<std::string> &raisedStacks() const { return raised; }
 
   const ModelDecl &decl() const { return *modelDecl; }
   const HFConfig &config() const { return hfConfig; }
@@ -404,6 +410,8 @@ private:
   int evalDepth = 0;
   /// Parameters so far, bounded by kMaxParams.
   size_t paramCount = 0;
+  bool raiseSingles = false;
+  std::vector<std::string> raised;
   std::vector<EvalError> errors;
 };
 
@@ -480,6 +488,9 @@ struct BoundLayout {
 /// first option. Throws EvalError.
 std::map<std::string, std::string> defaultChoices(Model &model,
                                                   const BackendDecl &backend);
+/// The same without throwing: nothing, with `error` set, on failure.
+std::optional<std::map<std::string, std::string>>
+defaultChoices(Model &model, const BackendDecl &backend, std::string &error);
 
 /// Binds `model` to `backend` with the given choices (others take their
 /// defaults); nothing, with `error` set, on failure.
@@ -487,6 +498,11 @@ std::optional<BoundLayout>
 bindModel(Model &model, const BackendDecl &backend,
           const std::map<std::string, std::string> &choices,
           std::string &error);
+/// The same, with every error (the block scales of several entries).
+std::optional<BoundLayout>
+bindModel(Model &model, const BackendDecl &backend,
+          const std::map<std::string, std::string> &choices,
+          std::vector<EvalError> &errors);
 
 } // namespace mdl::rt
 

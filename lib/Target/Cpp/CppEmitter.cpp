@@ -430,6 +430,7 @@ void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
   os << "    l.module = " << quote(l.module) << ";\n";
   if (l.mount)
     os << "    l.mount = std::string(" << quote(*l.mount) << ");\n";
+  os << "    l.where = " << quote(l.where) << ";\n";
   for (const rt::TensorDecl &t : l.tensors) {
     os << "    {\n      TensorDecl &t = l.tensors.emplace_back();\n";
     os << "      t.name = " << namePieces(t.name) << ";\n";
