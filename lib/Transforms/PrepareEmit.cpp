@@ -1,6 +1,6 @@
 //===- PrepareEmit.cpp - Make backends self-contained for emission --------===//
 
-#include "mdl/Evaluate/Bind.h"
+#include "mdl/Dialect/MDL/MDLOps.h"
 #include "mdl/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -17,6 +17,30 @@ using namespace mlir;
 using namespace mdl;
 
 namespace {
+
+/// Whether evaluating `region` may read the parallel context (directly, or
+/// through lets of layouts and backends); choices do not count, as they
+/// are bound before any rank exists.
+bool readsContext(Region &region) {
+  bool found = false;
+  region.walk([&](Operation *op) {
+    if (isa<ContextOp>(op))
+      found = true;
+    else if (auto g = dyn_cast<GetOp>(op)) {
+      // A layout's or a backend's let may read the context; choices are
+      // bound before any rank exists. Sema has ruled out value cycles.
+      Operation *decl = lookupValueDecl(g, g.getName());
+      if (!decl || isa<ModuleDeclOp>(decl->getParentOp()) ||
+          isa<ChoiceOp>(decl))
+        return;
+      if (auto let = dyn_cast<LetOp>(decl))
+        found |= readsContext(let.getValue());
+      else
+        found = true;
+    }
+  });
+  return found;
+}
 
 /// What a backend op declares under a name or role, so that a base's
 /// declaration is copied only where the backend has none.

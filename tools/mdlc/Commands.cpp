@@ -359,17 +359,6 @@ ModuleDeclOp mdl::theModel(mlir::ModuleOp top, const std::string &file) {
   return models.front();
 }
 
-std::unique_ptr<HFConfig> mdl::loadConfig(const Options &options,
-                                          ModuleDeclOp model,
-                                          const std::string &path,
-                                          mlir::MLIRContext &context) {
-  std::unique_ptr<HFConfig> config = HFConfig::load(path, context);
-  if (config)
-    for (const auto &[key, value] : options.sets)
-      config->addOverride(key, value);
-  return config;
-}
-
 std::string mdl::configPath(const Options &options, ModuleDeclOp model) {
   if (!options.hfConfig.empty())
     return options.hfConfig;
@@ -380,15 +369,6 @@ std::string mdl::configPath(const Options &options, ModuleDeclOp model) {
     return "";
   }
   return examples.front();
-}
-
-std::unique_ptr<HFConfig> mdl::loadConfig(const Options &options,
-                                          ModuleDeclOp model,
-                                          mlir::MLIRContext &context) {
-  std::string path = configPath(options, model);
-  if (path.empty())
-    return nullptr;
-  return loadConfig(options, model, path, context);
 }
 
 int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,

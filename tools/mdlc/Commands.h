@@ -4,9 +4,7 @@
 #define MDLC_COMMANDS_H
 
 #include "mdl/Dialect/MDL/MDLOps.h"
-#include "mdl/Evaluate/Bind.h"
 #include "mdl/Evaluate/Engine.h"
-#include "mdl/Evaluate/Instance.h"
 #include "mdl/Runtime/Plan.h"
 
 #include <cstdint>
@@ -80,14 +78,6 @@ ModuleDeclOp theModel(mlir::ModuleOp top, const std::string &file);
 /// The HF config's path: --hf-config, or the model's first example; ""
 /// after an error.
 std::string configPath(const Options &options, ModuleDeclOp model);
-/// The HF config: --hf-config, or the model's first example, with --set.
-std::unique_ptr<HFConfig> loadConfig(const Options &options,
-                                     ModuleDeclOp model, const std::string &path,
-                                     mlir::MLIRContext &context);
-std::unique_ptr<HFConfig> loadConfig(const Options &options,
-                                     ModuleDeclOp model,
-                                     mlir::MLIRContext &context);
-
 /// A spec's model bound to a backend by the runtime's engine.
 struct BoundSpec {
   std::unique_ptr<SpecDecls> decls;
