@@ -32,6 +32,18 @@ std::string mdl::whereOf(Operation *op, StringRef baseDir) {
          std::to_string(loc.getColumn());
 }
 
+std::string mdl::typeSpelling(Type type) {
+  if (type.isInteger(64))
+    return "int";
+  if (type.isInteger(1))
+    return "bool";
+  if (isa<StringType>(type))
+    return "string";
+  if (isa<DTypeType>(type))
+    return "dtype";
+  return "list<" + typeSpelling(cast<ListType>(type).getElementType()) + ">";
+}
+
 SmallVector<ModuleDeclOp> mdl::reachableModules(ModuleDeclOp model) {
   ModuleOp top = getTopModule(model);
   llvm::SetVector<Operation *> found;

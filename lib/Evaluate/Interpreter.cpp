@@ -20,19 +20,6 @@ using namespace mdl;
 
 namespace {
 
-/// The runtime's spelling of a value type: "int", "list<string>", ...
-std::string typeSpelling(Type type) {
-  if (type.isInteger(64))
-    return "int";
-  if (type.isInteger(1))
-    return "bool";
-  if (isa<StringType>(type))
-    return "string";
-  if (isa<DTypeType>(type))
-    return "dtype";
-  return "list<" + typeSpelling(cast<ListType>(type).getElementType()) + ">";
-}
-
 rt::BinaryOp toBinaryOp(BinaryKind k) {
   switch (k) {
   case BinaryKind::add:

@@ -42,6 +42,10 @@ struct DeclarationOptions {
 /// the op has no file location.
 std::string whereOf(mlir::Operation *op, llvm::StringRef baseDir = "");
 
+/// The runtime's spelling of a value type ("int", "list<string>"), which
+/// `hf()` reads are checked against.
+std::string typeSpelling(mlir::Type type);
+
 /// The modules `model` instantiates, itself first, in discovery order.
 llvm::SmallVector<ModuleDeclOp> reachableModules(ModuleDeclOp model);
 

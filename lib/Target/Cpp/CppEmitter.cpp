@@ -61,18 +61,6 @@ std::string dtypeExpr(DType d) {
   return "mdl::DType::BF16";
 }
 
-std::string typeSpelling(Type type) {
-  if (type.isInteger(64))
-    return "int";
-  if (type.isInteger(1))
-    return "bool";
-  if (isa<StringType>(type))
-    return "string";
-  if (isa<DTypeType>(type))
-    return "dtype";
-  return "list<" + typeSpelling(cast<ListType>(type).getElementType()) + ">";
-}
-
 std::string binaryOp(BinaryKind k) {
   switch (k) {
   case BinaryKind::add: return "Add";
