@@ -4,8 +4,10 @@
 
 #include "mdl/Dialect/MDL/MDLOps.h"
 #include "mdl/MLIRGen/MLIRGen.h"
+#include "mdl/Transforms/Passes.h"
 
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 
 using namespace mdl;
 
@@ -27,6 +29,15 @@ FrontendResult mdl::runFrontend(const std::vector<std::string> &paths,
     result.module = mlirGen(*program, sourceMgr, context);
     if (!result.module)
       return result;
+    // Normalised once, then only read: backends with their bases folded
+    // in (as models with theirs already are), conditions that read the
+    // parallel context marked.
+    mlir::PassManager pm(&context);
+    pm.addPass(createPrepareEmit());
+    if (mlir::failed(pm.run(*result.module))) {
+      result.module = nullptr;
+      return result;
+    }
   }
   result.program = std::move(program);
   return result;

@@ -7,10 +7,8 @@
 #include "mdl/Evaluate/Check.h"
 #include "mdl/Runtime/Cli.h"
 #include "mdl/Runtime/File.h"
-#include "mdl/Transforms/Passes.h"
 
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
@@ -404,13 +402,6 @@ int mdl::runCommand(const Options &options, llvm::SourceMgr &sourceMgr,
     fe.module->print(llvm::outs());
     llvm::outs() << "\n";
     return 0;
-  }
-  // The runtime's engine reads backends with their bases folded in.
-  if (options.command != "check") {
-    mlir::PassManager pm(&context);
-    pm.addPass(createPrepareEmit());
-    if (mlir::failed(pm.run(*fe.module)))
-      return 1;
   }
   if (options.command == "params")
     return runParams(options, *fe.module, context);

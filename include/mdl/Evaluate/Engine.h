@@ -20,8 +20,8 @@
 namespace mdl {
 
 /// A spec's model and backends as the runtime's declarations. Backends are
-/// built on first use; the IR must have been prepared (`mdl-prepare-emit`:
-/// bases folded in, `reads_context` set).
+/// built on first use; the IR is the front end's, normalised
+/// (`mdl-prepare-emit`: bases folded in, `reads_context` set).
 class SpecDecls {
 public:
   /// The declarations of `model`; null after reporting errors.

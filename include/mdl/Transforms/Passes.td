@@ -6,10 +6,11 @@
 include "mlir/Pass/PassBase.td"
 
 def PrepareEmit : Pass<"mdl-prepare-emit", "::mlir::ModuleOp"> {
-  let summary = "Make backends self-contained for the C++ emitter";
+  let summary = "Normalise the IR once: backends self-contained";
   let description = [{
-    The only step that changes the IR before C++ is emitted, so that the
-    emitter just reads it. Folds each backend's bases into it: the layouts
+    Runs right after MLIRGen (the front end runs it), so that everything
+    after it, the declaration builder and the C++ emitter included, only
+    reads the IR. Folds each backend's bases into it: the layouts
     it inherits become its own (cloned, for the modules it has none of),
     and the settings, classes, capabilities, choices and requirements of its
     bases are copied in unless it redefines them; `extends` is dropped.

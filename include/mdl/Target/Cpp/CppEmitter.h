@@ -5,7 +5,8 @@
 // layouts as runtime declarations (see mdl/Runtime/Model.h), with every
 // expression compiled to a C++ function. The code describes the model for
 // any config, so it does not grow with the number of layers or experts.
-// The emitter only reads the IR: run `mdl-prepare-emit` first.
+// The emitter only reads the IR, which the front end normalises right after
+// MLIRGen (`mdl-prepare-emit`).
 //
 //===----------------------------------------------------------------------===//
 
