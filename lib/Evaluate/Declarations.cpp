@@ -427,10 +427,11 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
       if (auto s = t.getSplit()) {
         d.split = int(*s);
         if (auto by = t.getSplitBy())
-          d.splitBy = by->str();
+          d.splitBy = MeshAxis(*by);
       }
       if (auto on = t.getOn())
-        d.on = on->str();
+        d.on = *on == StageKind::first ? rt::Placement::First
+                                       : rt::Placement::Last;
       if (!t.getWhen().empty()) {
         d.when = fn(t.getWhen());
         d.whenReadsContext = t.getReadsContext();
@@ -443,7 +444,7 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
                             where(m)});
     } else if (auto s = dyn_cast<ShardOp>(op)) {
       out.shards.push_back({strings(s.getParams()), s.getDim().str(),
-                            atoms(module, s.getDim()), s.getAxis().str(),
+                            atoms(module, s.getDim()), MeshAxis(s.getAxis()),
                             s.getReplicate()});
     } else if (auto d = dyn_cast<DerivedOp>(op)) {
       std::vector<std::string> recompute;

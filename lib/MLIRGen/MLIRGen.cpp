@@ -659,7 +659,8 @@ void Generator::layout(const LayoutDecl *d) {
       const Expr *copyIf = nullptr;
       mlir::IntegerAttr offset, split;
       ElementTypeAttr stored;
-      mlir::StringAttr splitBy, on;
+      MeshAxisKindAttr splitBy;
+      StageKindAttr on;
       const TensorOption *view = nullptr;
       for (const TensorOption &o : t->options) {
         switch (o.kind) {
@@ -693,10 +694,11 @@ void Generator::layout(const LayoutDecl *d) {
         case TensorOption::Split:
           split = builder.getI64IntegerAttr(o.axis);
           if (!o.name.name.empty())
-            splitBy = builder.getStringAttr(o.name.name);
+            splitBy = MeshAxisKindAttr::get(
+                &ctx, *symbolizeMeshAxisKind(o.name.name));
           break;
         case TensorOption::On:
-          on = builder.getStringAttr(o.name.name);
+          on = StageKindAttr::get(&ctx, *symbolizeStageKind(o.name.name));
           break;
         }
       }
@@ -739,8 +741,9 @@ void Generator::layout(const LayoutDecl *d) {
         storage.push_back(q.str());
       for (const std::string &p : storage)
         params.push_back(p);
-      builder.create<ShardOp>(l, builder.getStrArrayAttr(params), s->dim.name,
-                              s->axis ? s->axis->name : "tp", s->replicate);
+      builder.create<ShardOp>(
+          l, builder.getStrArrayAttr(params), s->dim.name,
+          *symbolizeMeshAxisKind(s->axis ? s->axis->name : "tp"), s->replicate);
     } else if (auto *dv = dyn_cast<DerivedEntry>(entry.get())) {
       std::vector<std::string> sources;
       for (const QualifiedName &q : dv->sources)

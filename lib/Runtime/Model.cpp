@@ -756,7 +756,7 @@ private:
     if (s && std::all_of(s->atoms.begin(), s->atoms.end(), has)) {
       Split t;
       t.atoms = s->atoms;
-      t.axis = *parseMeshAxis(s->axis);
+      t.axis = s->axis;
       t.replicateWhenFewer = s->replicate;
       t.why = "shard " + s->dim + " of " + p.path;
       splits.push_back(t);
@@ -1047,10 +1047,10 @@ private:
     t.view = d.view;
     if (d.split) {
       t.splitAxis = *d.split;
-      t.splitBy = *parseMeshAxis(d.splitBy);
+      t.splitBy = d.splitBy;
     }
-    if (!d.on.empty())
-      t.on = placementOf(d.on);
+    if (d.on)
+      t.on = Placement{*d.on};
     else if (element)
       t.on = placementOf(element->stage);
     out.layout.tensors.push_back(std::move(t));
@@ -1287,6 +1287,8 @@ mdl::rt::bindModel(Model &model, const BackendDecl &backend,
   } catch (EvalError &e) {
     errors = e.reported ? std::move(binder.errors)
                         : std::vector<EvalError>{std::move(e)};
+    if (errors.empty()) // a bug: a failure counted but never said
+      errors.push_back({"internal error: binding failed without a message"});
     return std::nullopt;
   }
   return out;

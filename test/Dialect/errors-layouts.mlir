@@ -82,8 +82,9 @@ mdl.module @c {
   mdl.param @p : [[@H]]
 }
 mdl.layout @b of @c {
-  // expected-error@+1 {{'mdl.tensor' op unknown mesh axis 'xx'}}
-  mdl.tensor ["x"] = <p[H]> split 0 by "xx"
+  // expected-error@+2 {{custom op 'mdl.tensor' expected ::mdl::MeshAxisKind to be one of: tp, pp, ep, etp, cp, dp}}
+  // expected-error@+1 {{custom op 'mdl.tensor' failed to parse MDL_MeshAxisKindAttr parameter 'value' which is to be a `::mdl::MeshAxisKind`}}
+  mdl.tensor ["x"] = <p[H]> split 0 by <xx>
 }
 
 // -----
@@ -94,8 +95,9 @@ mdl.module @c {
   mdl.param @p : [[@H]]
 }
 mdl.layout @b of @c {
-  // expected-error@+1 {{'mdl.tensor' op is placed on 'first' or 'last'}}
-  mdl.tensor ["x"] = <p[H]> on "middle"
+  // expected-error@+2 {{custom op 'mdl.tensor' expected ::mdl::StageKind to be one of: first, last}}
+  // expected-error@+1 {{custom op 'mdl.tensor' failed to parse MDL_StageKindAttr parameter 'value' which is to be a `::mdl::StageKind`}}
+  mdl.tensor ["x"] = <p[H]> on <middle>
 }
 
 // -----

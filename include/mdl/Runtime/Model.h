@@ -195,8 +195,9 @@ struct TensorDecl {
   std::optional<DType> stored;
   std::vector<TensorSpec::ViewAxis> view;
   std::optional<int> split;
-  std::string splitBy = "tp";
-  std::string on;
+  MeshAxis splitBy = MeshAxis::TP;
+  /// `on first` or `on last`: the stage the tensor is kept on.
+  std::optional<Placement::Kind> on;
   Expr when = nullptr;
   bool whenReadsContext = false;
   std::string where;
@@ -213,7 +214,7 @@ struct ShardDecl {
   std::vector<std::string> params;
   std::string dim;
   std::vector<std::string> atoms;
-  std::string axis;
+  MeshAxis axis = MeshAxis::TP;
   bool replicate = false;
 };
 

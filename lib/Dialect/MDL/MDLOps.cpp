@@ -632,12 +632,6 @@ LogicalResult TensorOp::verify() {
     if (*split >= layout.getAxes().size())
       return emitOpError() << "splits axis " << *split << " of a tensor with "
                            << layout.getAxes().size() << " axes";
-  if (auto by = getSplitBy())
-    if (!parseMeshAxis(by->str()))
-      return emitOpError() << "unknown mesh axis '" << *by << "'";
-  if (auto on = getOn())
-    if (*on != "first" && *on != "last")
-      return emitOpError("is placed on 'first' or 'last'");
   unsigned wantArgs = 0;
   if (auto stack = getForStack()) {
     if (!isa_and_nonnull<StackOp>(SymbolTable::lookupSymbolIn(module, *stack)))

@@ -61,6 +61,11 @@ std::string dtypeExpr(DType d) {
   return "mdl::DType::BF16";
 }
 
+/// `mdl::MeshAxis::EP`.
+std::string meshAxisExpr(MeshAxis a) {
+  return "mdl::MeshAxis::" + StringRef(meshAxisName(a)).upper();
+}
+
 std::string binaryOp(BinaryKind k) {
   switch (k) {
   case BinaryKind::add: return "Add";
@@ -453,10 +458,11 @@ void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
     if (t.split) {
       os << "      t.split = " << *t.split << ";\n";
       if (t.splitBy != rt::TensorDecl().splitBy)
-        os << "      t.splitBy = " << quote(t.splitBy) << ";\n";
+        os << "      t.splitBy = " << meshAxisExpr(t.splitBy) << ";\n";
     }
-    if (!t.on.empty())
-      os << "      t.on = " << quote(t.on) << ";\n";
+    if (t.on)
+      os << "      t.on = rt::Placement::"
+         << (*t.on == rt::Placement::First ? "First" : "Last") << ";\n";
     if (t.when) {
       os << "      t.when = " << call(t.when) << ";\n";
       if (t.whenReadsContext)
@@ -469,8 +475,9 @@ void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
        << ", " << namePieces(m.path) << ", " << quote(m.where) << "});\n";
   for (const rt::ShardDecl &s : l.shards)
     os << "    l.shards.push_back({" << stringList(s.params) << ", "
-       << quote(s.dim) << ", " << stringList(s.atoms) << ", " << quote(s.axis)
-       << ", " << (s.replicate ? "true" : "false") << "});\n";
+       << quote(s.dim) << ", " << stringList(s.atoms) << ", "
+       << meshAxisExpr(s.axis) << ", " << (s.replicate ? "true" : "false")
+       << "});\n";
   for (const rt::DerivedDecl &d : l.derived)
     os << "    l.derived.push_back({" << quote(d.name) << ", "
        << stringList(d.sources) << ", " << (d.hasRecompute ? "true" : "false")
@@ -487,8 +494,7 @@ void Emitter::printBackend(const rt::BackendDecl &b, StringRef var,
   os << "static BackendDecl " << var << "() {\n  BackendDecl b;\n";
   os << "  b.name = " << quote(b.name) << ";\n";
   for (MeshAxis a : b.mesh)
-    os << "  b.mesh.push_back(*mdl::parseMeshAxis(" << quote(meshAxisName(a))
-       << "));\n";
+    os << "  b.mesh.push_back(" << meshAxisExpr(a) << ");\n";
   const std::pair<const char *, rt::Expr rt::BackendDecl::*> settings[] = {
       {"vocabMultiple", &rt::BackendDecl::vocabMultiple},
       {"rankDir", &rt::BackendDecl::rankDir},

@@ -25,6 +25,27 @@ def MDL_ElementTypeAttr : EnumAttr<MDL_Dialect, MDL_ElementType, "dtype"> {
   let assemblyFormat = "`<` $value `>`";
 }
 
+// In the order of the runtime's mdl::MeshAxis.
+def MDL_MeshAxisKind : I32EnumAttr<"MeshAxisKind", "mesh axis", [
+    I32EnumAttrCase<"tp", 0>, I32EnumAttrCase<"pp", 1>,
+    I32EnumAttrCase<"ep", 2>, I32EnumAttrCase<"etp", 3>,
+    I32EnumAttrCase<"cp", 4>, I32EnumAttrCase<"dp", 5>]> {
+  let cppNamespace = "::mdl";
+  let genSpecializedAttr = 0;
+}
+def MDL_MeshAxisKindAttr : EnumAttr<MDL_Dialect, MDL_MeshAxisKind, "mesh_axis"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def MDL_StageKind : I32EnumAttr<"StageKind", "pipeline stage", [
+    I32EnumAttrCase<"first", 0>, I32EnumAttrCase<"last", 1>]> {
+  let cppNamespace = "::mdl";
+  let genSpecializedAttr = 0;
+}
+def MDL_StageKindAttr : EnumAttr<MDL_Dialect, MDL_StageKind, "stage"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
 def MDL_StyleKind : I32EnumAttr<"StyleKind", "parallel style", [
     I32EnumAttrCase<"replicated", 0>, I32EnumAttrCase<"column", 1>,
     I32EnumAttrCase<"row", 2>, I32EnumAttrCase<"vocab", 3>,

@@ -276,8 +276,8 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
                        UnitAttr:$copy, OptionalAttr<I64Attr>:$offset,
                        OptionalAttr<MDL_ElementTypeAttr>:$stored,
                        OptionalAttr<I64Attr>:$split,
-                       OptionalAttr<StrAttr>:$split_by,
-                       OptionalAttr<StrAttr>:$on,
+                       OptionalAttr<MDL_MeshAxisKindAttr>:$split_by,
+                       OptionalAttr<MDL_StageKindAttr>:$on,
                        UnitAttr:$reads_context);
   let regions = (region AnyRegion:$nameArgs, AnyRegion:$view,
                         AnyRegion:$copyIf, AnyRegion:$when);
@@ -307,7 +307,8 @@ def MDL_MountOp : MDL_Op<"mount", [HasParent<"LayoutOp">]> {
 
 def MDL_ShardOp : MDL_Op<"shard", [HasParent<"LayoutOp">]> {
   let summary = "a backend's own split of parameters";
-  let arguments = (ins StrArrayAttr:$params, StrAttr:$dim, StrAttr:$axis,
+  let arguments = (ins StrArrayAttr:$params, StrAttr:$dim,
+                       MDL_MeshAxisKindAttr:$axis,
                        UnitAttr:$replicate);
   let assemblyFormat = [{
     $params `on` $dim `by` $axis (`replicate` $replicate^)? attr-dict
