@@ -44,6 +44,19 @@ std::string mdl::typeSpelling(Type type) {
   return "list<" + typeSpelling(cast<ListType>(type).getElementType()) + ">";
 }
 
+ArrayRef<BackendSetting> mdl::backendSettings() {
+  static const BackendSetting settings[] = {
+      {"vocab_multiple", "vocabMultiple", &rt::BackendDecl::vocabMultiple},
+      {"rank_dir", "rankDir", &rt::BackendDecl::rankDir},
+      {"rank_file", "rankFile", &rt::BackendDecl::rankFile},
+      {"tracker_file", "trackerFile", &rt::BackendDecl::trackerFile},
+      {"rank_saved", "rankSaved", &rt::BackendDecl::rankSaved},
+      {"adapter_backend", "adapterBackend", &rt::BackendDecl::adapterBackend},
+      {"block_scale_suffix", "blockScaleSuffix",
+       &rt::BackendDecl::blockScaleSuffix}};
+  return settings;
+}
+
 SmallVector<ModuleDeclOp> mdl::reachableModules(ModuleDeclOp model) {
   ModuleOp top = getTopModule(model);
   llvm::SetVector<Operation *> found;
@@ -466,20 +479,11 @@ rt::BackendDecl DeclBuilder::backend(BackendOp b) {
   out.name = b.getSymName().str();
   for (Attribute a : b.getMesh())
     out.mesh.push_back(*parseMeshAxis(cast<StringAttr>(a).getValue().str()));
-  // The settings the runtime reads, by their names in the spec.
-  const std::pair<StringRef, rt::Expr rt::BackendDecl::*> settings[] = {
-      {"vocab_multiple", &rt::BackendDecl::vocabMultiple},
-      {"rank_dir", &rt::BackendDecl::rankDir},
-      {"rank_file", &rt::BackendDecl::rankFile},
-      {"tracker_file", &rt::BackendDecl::trackerFile},
-      {"rank_saved", &rt::BackendDecl::rankSaved},
-      {"adapter_backend", &rt::BackendDecl::adapterBackend},
-      {"block_scale_suffix", &rt::BackendDecl::blockScaleSuffix}};
   for (Operation &op : b.getBodyBlock()) {
     if (auto l = dyn_cast<LetOp>(op)) {
-      for (auto [name, field] : settings)
-        if (l.getSymName() == name)
-          out.*field = fn(l.getValue());
+      for (const BackendSetting &s : backendSettings())
+        if (l.getSymName() == s.let)
+          out.*s.member = fn(l.getValue());
     } else if (auto r = dyn_cast<RequireOp>(op)) {
       out.requirements.push_back(
           {fn(r.getCond()), r.getMessage().str(), where(r)});

@@ -46,6 +46,14 @@ std::string whereOf(mlir::Operation *op, llvm::StringRef baseDir = "");
 /// `hf()` reads are checked against.
 std::string typeSpelling(mlir::Type type);
 
+/// A backend setting the runtime reads: the `let` a spec defines, and the
+/// field of rt::BackendDecl it fills, with that field's C++ name.
+struct BackendSetting {
+  llvm::StringRef let, field;
+  rt::Expr rt::BackendDecl::*member;
+};
+llvm::ArrayRef<BackendSetting> backendSettings();
+
 /// The modules `model` instantiates, itself first, in discovery order.
 llvm::SmallVector<ModuleDeclOp> reachableModules(ModuleDeclOp model);
 

@@ -495,17 +495,9 @@ void Emitter::printBackend(const rt::BackendDecl &b, StringRef var,
   os << "  b.name = " << quote(b.name) << ";\n";
   for (MeshAxis a : b.mesh)
     os << "  b.mesh.push_back(" << meshAxisExpr(a) << ");\n";
-  const std::pair<const char *, rt::Expr rt::BackendDecl::*> settings[] = {
-      {"vocabMultiple", &rt::BackendDecl::vocabMultiple},
-      {"rankDir", &rt::BackendDecl::rankDir},
-      {"rankFile", &rt::BackendDecl::rankFile},
-      {"trackerFile", &rt::BackendDecl::trackerFile},
-      {"rankSaved", &rt::BackendDecl::rankSaved},
-      {"adapterBackend", &rt::BackendDecl::adapterBackend},
-      {"blockScaleSuffix", &rt::BackendDecl::blockScaleSuffix}};
-  for (auto [field, member] : settings)
-    if (b.*member)
-      os << "  b." << field << " = " << call(b.*member) << ";\n";
+  for (const BackendSetting &s : backendSettings())
+    if (b.*s.member)
+      os << "  b." << s.field << " = " << call(b.*s.member) << ";\n";
   for (const rt::RequireDecl &r : b.requirements)
     os << "  b.requirements.push_back({" << call(r.cond) << ", "
        << quote(r.message) << ", " << quote(r.where) << "});\n";
