@@ -143,7 +143,24 @@ private:
 void DeclBuilder::style(ModuleDeclOp m, ParallelStyleAttr s, rt::ParamDecl &p) {
   if (!s)
     return;
-  p.style = stringifyStyleKind(s.getKind()).str();
+  using Style = TensorParallelStyle;
+  switch (s.getKind()) {
+  case StyleKind::replicated:
+    p.style = Style::Replicated;
+    break;
+  case StyleKind::column:
+    p.style = Style::Column;
+    break;
+  case StyleKind::row:
+    p.style = Style::Row;
+    break;
+  case StyleKind::vocab:
+    p.style = Style::Vocab;
+    break;
+  case StyleKind::shard:
+    p.style = Style::Shard;
+    break;
+  }
   if (s.getDim()) {
     p.styleDim = s.getDim().getValue().str();
     p.styleAtoms = atoms(m, s.getDim().getValue());
@@ -494,7 +511,12 @@ rt::BackendDecl DeclBuilder::backend(BackendOp b) {
           {c.getSymName().str(), strings(c.getOptions()), where(c)});
     } else if (auto c = dyn_cast<ClassOp>(op)) {
       rt::ClassDecl &d = out.classes.emplace_back();
-      d.role = c.getRole().str();
+      // A class for the modules of one name is keyed "module:<name>".
+      StringRef role = c.getRole();
+      if (role.consume_front("module:"))
+        d.module = role.str();
+      else
+        d.role = parseModuleRole(role);
       d.name = c.getClassName().str();
       for (NamedAttribute p : c.getProps()) {
         std::string value;

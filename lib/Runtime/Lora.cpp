@@ -38,12 +38,35 @@ bool isModuleWeight(const std::string &tensor, bool grouped) {
                      [](char c) { return c >= '0' && c <= '9'; });
 }
 
+/// The backend's class for modules named `module` (`class "router"`), else
+/// for `role`, else (for experts) its class for grouped modules.
 const ModelLayout::ModuleClass *classFor(const ModelLayout &m,
-                                         const std::string &role) {
-  for (const ModelLayout::ModuleClass &c : m.classes)
-    if (c.role == role)
+                                         const std::string &module,
+                                         ModuleRole role, bool grouped) {
+  const ModelLayout::ModuleClass *byRole = nullptr, *anyGrouped = nullptr;
+  for (const ModelLayout::ModuleClass &c : m.classes) {
+    if (!c.role && c.module == module)
       return &c;
-  return nullptr;
+    if (c.role == role && !byRole)
+      byRole = &c;
+    if (c.role == ModuleRole::Grouped && !anyGrouped)
+      anyGrouped = &c;
+  }
+  return byRole ? byRole : grouped ? anyGrouped : nullptr;
+}
+
+/// The role of a linear module from how tensor parallelism splits its
+/// weight on the backend.
+ModuleRole roleOf(TensorParallelStyle style, bool grouped, bool withNorm) {
+  using Style = TensorParallelStyle;
+  if (style == Style::Vocab)
+    return ModuleRole::Embedding;
+  if (grouped)
+    return style == Style::Row ? ModuleRole::GroupedRow
+                               : ModuleRole::GroupedColumn;
+  if (style == Style::Column)
+    return withNorm ? ModuleRole::ColumnNorm : ModuleRole::Column;
+  return style == Style::Row ? ModuleRole::Row : ModuleRole::Replicated;
 }
 
 } // namespace
@@ -87,40 +110,9 @@ std::vector<LoraTarget> mdl::rt::loraTable(const ModelLayout &m,
         continue;
       }
     }
-    // The style: the tensor-parallel split of the weight, if any.
-    std::string style = "replicated";
-    for (const Split &s : first.splits)
-      if (s.axis == MeshAxis::TP || s.axis == MeshAxis::ETP)
-        style = s.padMultiple ? "vocab" : "split";
-    // Column-parallel splits an output atom, row-parallel an input one.
-    if (style == "split") {
-      size_t atom = 0, lead = grouped ? 1 : 0;
-      for (size_t a = 0; a < first.axisAtoms.size(); ++a)
-        for (int j = 0; j < first.axisAtoms[a]; ++j, ++atom)
-          for (const Split &s : first.splits)
-            if ((s.axis == MeshAxis::TP || s.axis == MeshAxis::ETP) &&
-                std::find(s.atoms.begin(), s.atoms.end(),
-                          first.atoms[atom]) != s.atoms.end() &&
-                a >= lead)
-              style = a < lead + size_t(first.linearOutAxes) ? "column"
-                                                             : "row";
-    }
-    if (style == "vocab")
-      target.role = "embedding";
-    else if (grouped)
-      target.role = style == "row" ? "grouped_row" : "grouped_column";
-    else if (style == "column" && withNorm.count(target.module))
-      target.role = "column_norm";
-    else
-      target.role = style;
-    // A class named for the module (`router`) overrides the role's.
-    const ModelLayout::ModuleClass *cls =
-        classFor(m, "module:" + lastComponent(target.module));
-    if (!cls)
-      cls = classFor(m, target.role);
-    if (!cls && grouped)
-      cls = classFor(m, "grouped");
-    if (cls) {
+    target.role = roleOf(first.style, grouped, withNorm.count(target.module));
+    if (const ModelLayout::ModuleClass *cls =
+            classFor(m, lastComponent(target.module), target.role, grouped)) {
       auto prop = [&](const char *k, const char *dflt) {
         auto it = cls->properties.find(k);
         return it == cls->properties.end() ? std::string(dflt) : it->second;
@@ -184,8 +176,7 @@ std::vector<LoraTarget> mdl::rt::loraTable(const ModelLayout &m,
 std::vector<std::string> mdl::rt::allLinearTargets(const ModelLayout &m) {
   std::set<std::string> names;
   for (const LoraTarget &t : loraTable(m, ParallelConfig(), 0))
-    if (t.role != "embedding") {
+    if (t.role != ModuleRole::Embedding)
       names.insert(lastComponent(t.module));
-    }
   return {names.begin(), names.end()};
 }

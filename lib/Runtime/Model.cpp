@@ -405,11 +405,10 @@ std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
   Instance &root = *m->rootInstance;
   root.module = &top;
   root.model = m.get();
-  root.stage = "all";
   for (const std::string &f : top.first)
-    m->placement[f] = "first";
+    m->placement[f] = {Placement::First};
   for (const std::string &l : top.last)
-    m->placement[l] = "last";
+    m->placement[l] = {Placement::Last};
   m->stagedStack = top.stages;
   if (top.defaultDType)
     collect(m->errors, [&] {
@@ -465,7 +464,7 @@ void Model::buildParams(Instance &node) {
     if (node.parent)
       return node.stage;
     auto it = placement.find(member);
-    return it == placement.end() ? std::string("all") : it->second;
+    return it == placement.end() ? Placement() : it->second;
   };
   auto add = [&](const ParamDecl &d, ParamInstance p,
                  const std::vector<std::vector<std::string>> &axes) {
@@ -535,8 +534,8 @@ void Model::buildParams(Instance &node) {
     b.path += ".bias";
     b.bias = true;
     // A row-parallel bias is added after the reduction: it is not split.
-    if (b.style == "row")
-      b.style = "replicated";
+    if (b.style == TensorParallelStyle::Row)
+      b.style = TensorParallelStyle::Replicated;
     add(d, std::move(b), d.biasAxes);
   }
 }
@@ -615,7 +614,7 @@ void Model::buildChildren(Instance &node) {
           node, c, childPath(c.name) + "." + std::to_string(i), &index);
       child->stackName = c.name;
       child->stackIndex = i;
-      child->stage = staged                                   ? std::to_string(i)
+      child->stage = staged ? Placement{Placement::Layer, i}
                      : !node.parent && it != placement.end() ? it->second
                                                              : node.stage;
       build(*child);
@@ -643,21 +642,6 @@ void Model::walk(const std::function<void(Instance &)> &fn) {
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-Placement placementOf(const std::string &stage) {
-  Placement p;
-  if (stage == "first")
-    p.kind = Placement::First;
-  else if (stage == "last")
-    p.kind = Placement::Last;
-  else if (stage == "all" || stage.empty())
-    p.kind = Placement::All;
-  else {
-    p.kind = Placement::Layer;
-    p.layer = std::stoll(stage);
-  }
-  return p;
-}
 
 std::vector<NameSegment> join(const std::vector<NameSegment> &prefix,
                               const std::vector<NameSegment> &name) {
@@ -730,7 +714,12 @@ private:
     return it->second;
   }
 
-  std::vector<Split> splitsOf(const ParamInstance &p) {
+  /// The splits of a parameter over the mesh, and (`style`) how tensor
+  /// parallelism splits it on this backend.
+  std::vector<Split> splitsOf(const ParamInstance &p,
+                              TensorParallelStyle &style) {
+    using Style = TensorParallelStyle;
+    style = Style::Replicated;
     std::vector<Split> splits;
     bool grouped = !p.expert.empty();
     if (grouped) {
@@ -760,15 +749,23 @@ private:
       t.replicateWhenFewer = s->replicate;
       t.why = "shard " + s->dim + " of " + p.path;
       splits.push_back(t);
+      if (t.axis == MeshAxis::TP || t.axis == MeshAxis::ETP)
+        style = shardStyle(p, t.atoms.front());
       return splits;
     }
-    if (p.style.empty() || p.style == "replicated")
+    if (p.style == Style::None || p.style == Style::Replicated)
       return splits;
     Split t;
     t.atoms = p.styleAtoms;
     t.axis = grouped ? MeshAxis::ETP : MeshAxis::TP;
-    t.why = p.style + "(" + p.styleDim + ") of " + p.path;
-    if (p.style == "vocab" && backend.vocabMultiple) {
+    t.why = std::string(tensorParallelStyleName(p.style)) + "(" + p.styleDim +
+            ") of " + p.path;
+    style = p.style;
+    // A vocabulary split is vocab-parallel where the backend pads the
+    // vocabulary; elsewhere it is a linear's plain output split.
+    if (style == Style::Vocab && !backend.vocabMultiple)
+      style = Style::Column;
+    if (style == Style::Vocab) {
       Instance *root = &model.root();
       Expr pad = backend.vocabMultiple;
       auto ch = choices;
@@ -785,6 +782,23 @@ private:
     }
     splits.push_back(t);
     return splits;
+  }
+
+  /// The style a layout's `shard ... by tp` of dimension atom `atom` gives:
+  /// a linear split on an output dimension is column-parallel, on an input
+  /// one row-parallel; another parameter is sharded.
+  static TensorParallelStyle shardStyle(const ParamInstance &p,
+                                        const std::string &atom) {
+    if (!p.decl->linear)
+      return TensorParallelStyle::Shard;
+    size_t lead = p.expert.empty() ? 0 : 1;
+    for (size_t a = lead; a < p.axes.size(); ++a)
+      if (std::find(p.axes[a].begin(), p.axes[a].end(), atom) !=
+          p.axes[a].end())
+        return p.bias || a < lead + size_t(p.decl->outAxes)
+                   ? TensorParallelStyle::Column
+                   : TensorParallelStyle::Row;
+    return TensorParallelStyle::Shard;
   }
 
   void bindParams() {
@@ -804,7 +818,7 @@ private:
           rp.atoms.insert(rp.atoms.end(), axis.begin(), axis.end());
         }
         rp.sizes = p.sizes;
-        rp.placement = placementOf(p.stage);
+        rp.placement = p.stage;
         if (p.decl->linear)
           rp.linearOutAxes = p.decl->outAxes;
         rp.bias = p.bias;
@@ -812,7 +826,7 @@ private:
         rp.expert = p.expert;
         rp.unit = unitOf(&node);
         rp.source = source(p.decl->where);
-        rp.splits = splitsOf(p);
+        rp.splits = splitsOf(p, rp.style);
         paramIndex[p.path] = int(out.layout.params.size());
         out.layout.params.push_back(std::move(rp));
         out.params.push_back(&p);
@@ -1052,7 +1066,7 @@ private:
     if (d.on)
       t.on = Placement{*d.on};
     else if (element)
-      t.on = placementOf(element->stage);
+      t.on = element->stage;
     out.layout.tensors.push_back(std::move(t));
     out.tensorNodes.push_back(element ? element : &node);
   }
@@ -1165,9 +1179,7 @@ private:
       if (it == node.stacks.end())
         continue;
       bool staged = !node.parent && !it->second.empty() &&
-                    it->second.front()->stage != node.stage &&
-                    placementOf(it->second.front()->stage).kind ==
-                        Placement::Layer;
+                    it->second.front()->stage.kind == Placement::Layer;
       for (auto &child : it->second) {
         Value index = Value::integer(child->stackIndex);
         std::vector<NameSegment> name =

@@ -5,10 +5,11 @@
 using namespace mdl;
 
 std::optional<MeshAxis> mdl::parseMeshAxis(std::string_view name) {
-  for (size_t i = 0; i < kMeshAxisNames.size(); ++i)
-    if (kMeshAxisNames[i] == name)
-      return static_cast<MeshAxis>(i);
-  return std::nullopt;
+  return enumOfName<MeshAxis>(kMeshAxisNames, name);
+}
+
+std::optional<ModuleRole> mdl::parseModuleRole(std::string_view name) {
+  return enumOfName<ModuleRole>(kModuleRoleNames, name);
 }
 
 int64_t ParallelConfig::size(MeshAxis axis) const {

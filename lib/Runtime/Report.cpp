@@ -137,7 +137,7 @@ json::Value mdl::rt::loraJson(const ModelLayout &m,
   for (const LoraTarget &t : loraTable(m, config, rank, r)) {
     json::Value j = json::Value::object();
     j.set("module", json::Value::string(t.module));
-    j.set("role", json::Value::string(t.role));
+    j.set("role", json::Value::string(std::string(moduleRoleName(t.role))));
     j.set("class", json::Value::string(t.baseClass));
     j.set("sizes", json::Value::string(t.sizes));
     j.set("in_features", json::Value::integer(t.inFeatures));

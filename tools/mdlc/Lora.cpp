@@ -49,17 +49,18 @@ int mdl::runLora(const Options &options, mlir::ModuleOp top,
                << options.parallel.str() << ", rank " << rank << ", r "
                << options.loraRank << "\n";
   for (const rt::LoraTarget &t : table) {
-    llvm::outs() << t.module << ": " << t.role << " " << t.baseClass << " ("
-                 << t.sizes << " sizes in " << t.inFeatures << ", out "
-                 << t.outFeatures << "), lora_A " << shapeText(t.loraA, ", ")
-                 << ", lora_B " << shapeText(t.loraB, ", ") << ", delta "
+    llvm::outs() << t.module << ": " << moduleRoleName(t.role) << " "
+                 << t.baseClass << " (" << t.sizes << " sizes in "
+                 << t.inFeatures << ", out " << t.outFeatures << "), lora_A "
+                 << shapeText(t.loraA, ", ") << ", lora_B "
+                 << shapeText(t.loraB, ", ") << ", delta "
                  << shapeText(t.delta, ", ") << ", sharded " << t.sharded
                  << ", returns " << t.returns;
     // A row-parallel base that scatters its own input needs the adapter's
     // input scattered the same way.
     if (t.inputIsParallel)
       llvm::outs() << ", input_is_parallel";
-    else if (t.role == "row" && t.sharded == "A")
+    else if (t.role == ModuleRole::Row && t.sharded == "A")
       llvm::outs() << ", scatters its input";
     if (t.localExperts)
       llvm::outs() << ", " << t.localExperts << " local experts";

@@ -61,6 +61,9 @@ struct Param {
   /// The declared axes: how many atoms each spans (for display).
   std::vector<int> axisAtoms;
   std::vector<Split> splits;
+  /// How tensor parallelism splits it on this backend: the spec's style, or
+  /// the one a layout's `shard ... by tp` gives.
+  TensorParallelStyle style = TensorParallelStyle::None;
   Placement placement;
   /// For a linear's weight: how many output axes follow the expert axis (if
   /// any) before the input axes; -1 for other parameters.
@@ -210,10 +213,11 @@ struct ModelLayout {
   std::string blockScaleSuffix;
 
   /// The module class the backend uses for each parallel role, with its
-  /// properties (`sizes`, `returns`, `lora`, `input_is_parallel`). A class
-  /// for the modules of one name has the role "module:<name>".
+  /// properties (`sizes`, `returns`, `lora`, `input_is_parallel`), or for
+  /// the modules of one name (`class "router" = ...`: no role).
   struct ModuleClass {
-    std::string role, name;
+    std::optional<ModuleRole> role;
+    std::string module, name;
     std::map<std::string, std::string> properties;
   };
   std::vector<ModuleClass> classes;

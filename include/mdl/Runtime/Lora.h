@@ -22,7 +22,7 @@ namespace mdl::rt {
 /// A LoRA target: one linear module of the backend on one rank.
 struct LoraTarget {
   std::string module;    // the backend module (the weight's name sans .weight)
-  std::string role;      // column, column_norm, row, replicated, ...
+  ModuleRole role = ModuleRole::Replicated;
   std::string baseClass; // e.g. TELayerNormColumnParallelLinear
   std::string sizes;     // "global" or "local": constructor semantics
   int64_t inFeatures = 0, outFeatures = 0; // in that semantics

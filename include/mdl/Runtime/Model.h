@@ -94,8 +94,9 @@ struct ParamDecl {
   std::vector<std::vector<std::string>> axes, biasAxes;
   std::string expert;
   std::optional<DType> dtype;
-  /// "column", "row", "vocab", "shard", "replicated" or "" and its atoms.
-  std::string style;
+  /// The tensor-parallel split the spec gives, with its dimension and the
+  /// dimension's atoms.
+  TensorParallelStyle style = TensorParallelStyle::None;
   std::vector<std::string> styleAtoms;
   std::string styleDim;
   bool linear = false, bias = false;
@@ -323,18 +324,21 @@ struct ParamInstance {
   std::vector<std::vector<std::string>> axes;
   std::vector<int64_t> sizes;
   DType dtype = DType::BF16;
-  std::string style;
+  TensorParallelStyle style = TensorParallelStyle::None;
   std::vector<std::string> styleAtoms;
   std::string styleDim;
   std::string expert;
-  std::string stage; // "first", "last", "all" or a stack index
+  /// The pipeline stage(s) that hold it.
+  Placement stage;
   int64_t scaleBlock = 0;
 };
 
 class Instance {
 public:
   const ModuleDecl *module = nullptr;
-  std::string path, stage;
+  std::string path;
+  /// The pipeline stage(s) that hold its parameters.
+  Placement stage;
   Instance *parent = nullptr;
   std::string stackName;
   int64_t stackIndex = -1;
@@ -403,7 +407,8 @@ private:
   HFConfig hfConfig;
   std::unique_ptr<Instance> rootInstance;
   std::optional<DType> defaultDType;
-  std::map<std::string, std::string> placement;
+  /// The top-level members placed `on first` or `on last`.
+  std::map<std::string, Placement> placement;
   std::string stagedStack;
   /// Elements of every parameter so far, bounded by kMaxModelElements.
   int64_t elementCount = 0;

@@ -18,6 +18,16 @@
 
 namespace mdl {
 
+/// The enumerator of E spelled `name` in `names` (indexed by enumerator).
+template <typename E, size_t N>
+std::optional<E> enumOfName(const std::array<std::string_view, N> &names,
+                            std::string_view name) {
+  for (size_t i = 0; i < N; ++i)
+    if (names[i] == name)
+      return static_cast<E>(i);
+  return std::nullopt;
+}
+
 /// The mesh axes a backend profile may declare.
 enum class MeshAxis { TP, PP, EP, ETP, CP, DP };
 constexpr std::array<std::string_view, 6> kMeshAxisNames = {
@@ -25,6 +35,38 @@ constexpr std::array<std::string_view, 6> kMeshAxisNames = {
 std::optional<MeshAxis> parseMeshAxis(std::string_view name);
 inline std::string_view meshAxisName(MeshAxis a) {
   return kMeshAxisNames[static_cast<size_t>(a)];
+}
+
+/// How tensor parallelism splits a parameter: a spec's `column(d)`,
+/// `row(d)`, `vocab(d)`, `shard(d)` or `replicated`; None when it says
+/// nothing. A layout that shards a linear's dimension by tp makes it
+/// column- or row-parallel (by whether the dimension is an output or an
+/// input one).
+enum class TensorParallelStyle { None, Replicated, Column, Row, Vocab, Shard };
+constexpr std::array<std::string_view, 6> kTensorParallelStyleNames = {
+    "", "replicated", "column", "row", "vocab", "shard"};
+inline std::string_view tensorParallelStyleName(TensorParallelStyle s) {
+  return kTensorParallelStyleNames[static_cast<size_t>(s)];
+}
+
+/// The part a linear module plays under tensor parallelism, which picks the
+/// backend's module class for it (`class column = "...";`).
+enum class ModuleRole {
+  Column,
+  ColumnNorm,
+  Row,
+  Replicated,
+  GroupedColumn,
+  GroupedRow,
+  Grouped,
+  Embedding
+};
+constexpr std::array<std::string_view, 8> kModuleRoleNames = {
+    "column",         "column_norm", "row",     "replicated",
+    "grouped_column", "grouped_row", "grouped", "embedding"};
+std::optional<ModuleRole> parseModuleRole(std::string_view name);
+inline std::string_view moduleRoleName(ModuleRole r) {
+  return kModuleRoleNames[static_cast<size_t>(r)];
 }
 
 /// Bounds on what a command line, a grid or a plan.json may ask for, so that

@@ -66,6 +66,22 @@ std::string meshAxisExpr(MeshAxis a) {
   return "mdl::MeshAxis::" + StringRef(meshAxisName(a)).upper();
 }
 
+/// `mdl::TensorParallelStyle::Column`.
+std::string styleExpr(TensorParallelStyle s) {
+  return "mdl::TensorParallelStyle::" +
+         llvm::convertToCamelFromSnakeCase(tensorParallelStyleName(s),
+                                           /*capitalizeFirst=*/true);
+}
+
+/// `mdl::ModuleRole::ColumnNorm`, or `std::nullopt`.
+std::string roleExpr(std::optional<ModuleRole> r) {
+  if (!r)
+    return "std::nullopt";
+  return "mdl::ModuleRole::" +
+         llvm::convertToCamelFromSnakeCase(moduleRoleName(*r),
+                                           /*capitalizeFirst=*/true);
+}
+
 std::string binaryOp(BinaryKind k) {
   switch (k) {
   case BinaryKind::add: return "Add";
@@ -365,8 +381,8 @@ void Emitter::printModule(const rt::ModuleDecl &m, raw_ostream &os) {
       os << "      p.expert = " << quote(p.expert) << ";\n";
     if (p.dtype)
       os << "      p.dtype = " << dtypeExpr(*p.dtype) << ";\n";
-    if (!p.style.empty())
-      os << "      p.style = " << quote(p.style) << ";\n";
+    if (p.style != TensorParallelStyle::None)
+      os << "      p.style = " << styleExpr(p.style) << ";\n";
     if (!p.styleDim.empty()) {
       os << "      p.styleDim = " << quote(p.styleDim) << ";\n";
       os << "      p.styleAtoms = " << stringList(p.styleAtoms) << ";\n";
@@ -508,8 +524,8 @@ void Emitter::printBackend(const rt::BackendDecl &b, StringRef var,
     os << "  b.choices.push_back({" << quote(c.name) << ", "
        << stringList(c.options) << ", " << quote(c.where) << "});\n";
   for (const rt::ClassDecl &c : b.classes) {
-    os << "  b.classes.push_back({" << quote(c.role) << ", " << quote(c.name)
-       << ", {";
+    os << "  b.classes.push_back({" << roleExpr(c.role) << ", "
+       << quote(c.module) << ", " << quote(c.name) << ", {";
     for (auto [i, p] : llvm::enumerate(c.properties))
       os << (i ? ", " : "") << "{" << quote(p.first) << ", " << quote(p.second)
          << "}";
