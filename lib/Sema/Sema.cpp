@@ -201,33 +201,25 @@ void Analyzer::buildScope(const ModuleDecl *m) {
                          << m->name.name << "'";
       continue;
     }
-    ModuleSymbol sym{ModuleSymbol::Let, x, nullptr, Type(), x->getRange()};
-    if (auto *c = dyn_cast<ConfigMember>(x)) {
-      sym.kind = ModuleSymbol::Config;
-      sym.type = c->type;
-      add(c->name, sym);
-    } else if (auto *l = dyn_cast<LetMember>(x)) {
-      sym.kind = ModuleSymbol::Let;
-      if (l->declaredType)
-        sym.type = *l->declaredType;
-      add(l->name, sym);
-    } else if (auto *d = dyn_cast<DimMember>(x)) {
-      sym.kind = ModuleSymbol::Dim;
-      sym.type = Type::get(Type::Dim);
-      add(d->name, sym);
-    } else if (auto *p = dyn_cast<ParamMember>(x)) {
-      sym.kind = ModuleSymbol::Param;
-      add(p->name, sym);
-    } else if (auto *l = dyn_cast<LinearMember>(x)) {
-      sym.kind = ModuleSymbol::Linear;
-      add(l->name, sym);
-    } else if (auto *i = dyn_cast<InstanceMember>(x)) {
-      sym.kind = ModuleSymbol::Instance;
-      add(i->name, sym);
-    } else if (auto *s = dyn_cast<StackMember>(x)) {
-      sym.kind = ModuleSymbol::Stack;
-      add(s->name, sym);
-    }
+    auto declare = [&](ModuleSymbol::Kind kind, const Ident &name,
+                       Type type = Type()) {
+      add(name, {kind, x, nullptr, std::move(type), x->getRange()});
+    };
+    if (auto *c = dyn_cast<ConfigMember>(x))
+      declare(ModuleSymbol::Config, c->name, c->type);
+    else if (auto *l = dyn_cast<LetMember>(x))
+      declare(ModuleSymbol::Let, l->name,
+              l->declaredType ? *l->declaredType : Type());
+    else if (auto *d = dyn_cast<DimMember>(x))
+      declare(ModuleSymbol::Dim, d->name, Type::get(Type::Dim));
+    else if (auto *p = dyn_cast<ParamMember>(x))
+      declare(ModuleSymbol::Param, p->name);
+    else if (auto *l = dyn_cast<LinearMember>(x))
+      declare(ModuleSymbol::Linear, l->name);
+    else if (auto *i = dyn_cast<InstanceMember>(x))
+      declare(ModuleSymbol::Instance, i->name);
+    else if (auto *s = dyn_cast<StackMember>(x))
+      declare(ModuleSymbol::Stack, s->name);
   }
 }
 

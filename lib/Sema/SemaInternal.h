@@ -76,8 +76,8 @@ private:
                           llvm::StringSet<> &seen);
   void checkTensorEntry(const ModuleScope &scope, const ast::TensorEntry &e,
                         ExprEnv &env);
-  void checkTensorEntryBody(const ModuleScope &scope,
-                            const ast::TensorEntry &e, ExprEnv &env);
+  void checkTensorEntryBody(const ModuleScope &scope, const ast::TensorEntry &e,
+                            ExprEnv &env);
   void checkTemplate(const ast::NameTemplate &t, ExprEnv &env,
                      bool allowFamily);
 
