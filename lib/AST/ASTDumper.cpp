@@ -8,6 +8,7 @@
 
 #include "mdl/AST/ASTDumper.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Casting.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -43,7 +44,55 @@ private:
   };
 
   void expr(const Expr *e);
+  /// `e` between `open` and `close`.
+  void wrapped(const char *open, const Expr *e, const char *close) {
+    os << open;
+    expr(e);
+    os << close;
+  }
+  /// `lead` and `e`, where there is an `e`.
+  void optional(const char *lead, const Expr *e) {
+    if (!e)
+      return;
+    os << lead;
+    expr(e);
+  }
+  /// `items` separated by ", ", each printed by `each`.
+  template <typename Range, typename Fn>
+  void list(const Range &items, Fn each) {
+    llvm::interleaveComma(items, os, each);
+  }
+  /// The same after `lead`, where there are any items.
+  template <typename Range, typename Fn>
+  void list(const char *lead, const Range &items, Fn each) {
+    if (!items.empty())
+      os << lead;
+    list(items, each);
+  }
+  void exprs(const std::vector<ExprPtr> &es) {
+    list(es, [&](const ExprPtr &e) { expr(e.get()); });
+  }
+  void names(const std::vector<Ident> &ids, const char *lead = "") {
+    list(lead, ids, [&](const Ident &id) { os << id.name; });
+  }
+  void qualifiedNames(const std::vector<QualifiedName> &qs) {
+    list(" ", qs, [&](const QualifiedName &q) { os << q.str(); });
+  }
+  /// The strings of (string, range) pairs, each quoted after a space.
+  void quoted(const std::vector<std::pair<std::string, SMRange>> &items) {
+    for (const auto &item : items)
+      os << " \"" << item.first << "\"";
+  }
+  void terms(const AxisProduct &p) {
+    list(p, [&](const AxisTerm &t) { term(t); });
+  }
   void shape(const Shape &s);
+  /// ` column(D)`, ` replicated`, ...
+  void style(const ParallelStyle &s) {
+    os << " " << spelling(s.kind);
+    if (s.kind != ParallelStyle::Replicated)
+      os << "(" << s.dim.name << ")";
+  }
   void term(const AxisTerm &t);
   void product(const AxisProduct &p);
   void tmpl(const NameTemplate &t);
@@ -81,27 +130,19 @@ void Dumper::expr(const Expr *e) {
   case Expr::Call: {
     auto *c = cast<CallExpr>(e);
     os << c->callee.name << "(";
-    for (size_t i = 0; i < c->args.size(); ++i) {
-      if (i)
-        os << ", ";
-      expr(c->args[i].get());
-    }
+    exprs(c->args);
     os << ")";
     return;
   }
   case Expr::Index: {
     auto *x = cast<IndexExpr>(e);
     expr(x->base.get());
-    os << "[";
-    expr(x->index.get());
-    os << "]";
+    wrapped("[", x->index.get(), "]");
     return;
   }
   case Expr::Unary: {
     auto *x = cast<UnaryExpr>(e);
-    os << (x->op == UnaryOp::Neg ? "(-" : "(!");
-    expr(x->operand.get());
-    os << ")";
+    wrapped(x->op == UnaryOp::Neg ? "(-" : "(!", x->operand.get(), ")");
     return;
   }
   case Expr::Binary: {
@@ -132,13 +173,8 @@ void Dumper::expr(const Expr *e) {
     return;
   }
   case Expr::ListLit: {
-    auto *x = cast<ListLitExpr>(e);
     os << "[";
-    for (size_t i = 0; i < x->elements.size(); ++i) {
-      if (i)
-        os << ", ";
-      expr(x->elements[i].get());
-    }
+    exprs(cast<ListLitExpr>(e)->elements);
     os << "]";
     return;
   }
@@ -156,16 +192,13 @@ void Dumper::expr(const Expr *e) {
 
 void Dumper::shape(const Shape &s) {
   os << "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i)
-      os << ", ";
-    if (s[i].size() > 1)
+  list(s, [&](const ShapeAxis &axis) {
+    if (axis.size() > 1)
       os << "(";
-    for (size_t j = 0; j < s[i].size(); ++j)
-      os << (j ? ", " : "") << s[i][j].name;
-    if (s[i].size() > 1)
+    names(axis);
+    if (axis.size() > 1)
       os << ")";
-  }
+  });
   os << "]";
 }
 
@@ -175,11 +208,7 @@ void Dumper::product(const AxisProduct &p) {
     return;
   }
   os << "(";
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (i)
-      os << ", ";
-    term(p[i]);
-  }
+  terms(p);
   os << ")";
 }
 
@@ -196,25 +225,19 @@ void Dumper::term(const AxisTerm &t) {
     return;
   case AxisTerm::Parts:
     os << "{";
-    for (size_t i = 0; i < t.parts.size(); ++i) {
-      if (i)
-        os << ", ";
-      if (t.parts[i].isGroup()) {
+    list(t.parts, [&](const LayoutPart &part) {
+      if (part.isGroup()) {
         os << "(";
-        for (size_t j = 0; j < t.parts[i].shape.size(); ++j) {
-          if (j)
-            os << ", ";
-          term(t.parts[i].shape[j]);
-        }
+        terms(part.shape);
         os << ")";
-        continue;
+        return;
       }
-      os << t.parts[i].param.str();
-      if (!t.parts[i].shape.empty()) {
+      os << part.param.str();
+      if (!part.shape.empty()) {
         os << ": ";
-        product(t.parts[i].shape);
+        product(part.shape);
       }
-    }
+    });
     os << "}";
     return;
   }
@@ -227,22 +250,18 @@ void Dumper::tmpl(const NameTemplate &t) {
       os.write_escaped(seg.text);
       continue;
     }
-    os << "{";
-    expr(seg.expr.get());
-    os << "}";
+    wrapped("{", seg.expr.get(), "}");
   }
   os << '"';
 }
 
 void Dumper::call(const ModuleCall &c) {
   os << c.callee.name << "(";
-  for (size_t i = 0; i < c.args.size(); ++i) {
-    if (i)
-      os << ", ";
-    if (c.args[i].name)
-      os << c.args[i].name->name << " = ";
-    expr(c.args[i].value.get());
-  }
+  list(c.args, [&](const Argument &a) {
+    if (a.name)
+      os << a.name->name << " = ";
+    expr(a.value.get());
+  });
   os << ")";
 }
 
@@ -275,13 +294,9 @@ void Dumper::member(const Member *m) {
     expr(x->value.get());
     if (!x->roots.empty()) {
       os << " from";
-      for (size_t i = 0; i < x->roots.size(); ++i)
-        os << (i ? ", \"" : " \"") << x->roots[i] << "\"";
+      list(" ", x->roots, [&](const std::string &r) { os << '"' << r << '"'; });
     }
-    if (x->detect) {
-      os << " detect ";
-      expr(x->detect.get());
-    }
+    optional(" detect ", x->detect.get());
     break;
   }
   case Member::Deploy: {
@@ -289,22 +304,18 @@ void Dumper::member(const Member *m) {
     os << "Deploy " << x->backend.name;
     for (auto &a : x->axes) {
       os << " " << a.name.name << "=";
-      for (size_t i = 0; i < a.values.size(); ++i)
-        os << (i ? "," : "") << a.values[i];
+      llvm::interleave(a.values, os, ",");
     }
     break;
   }
-  case Member::Example: {
+  case Member::Example:
     os << "Example";
-    for (auto &p : cast<ExampleMember>(m)->paths)
-      os << " \"" << p.first << "\"";
+    quoted(cast<ExampleMember>(m)->paths);
     break;
-  }
   case Member::Serves: {
     auto *x = cast<ServesMember>(m);
     os << "Serves " << x->key.name;
-    for (auto &v : x->values)
-      os << " \"" << v.first << "\"";
+    quoted(x->values);
     break;
   }
   case Member::Let: {
@@ -336,8 +347,7 @@ void Dumper::member(const Member *m) {
       expr(x->size.get());
     } else {
       os << "(";
-      for (size_t i = 0; i < x->factors.size(); ++i)
-        os << (i ? ", " : "") << x->factors[i].name;
+      names(x->factors);
       os << ")";
     }
     break;
@@ -351,15 +361,9 @@ void Dumper::member(const Member *m) {
     shape(x->shape);
     if (x->dtype)
       os << " " << x->dtype->name;
-    if (x->style) {
-      os << " " << spelling(x->style->kind);
-      if (x->style->kind != ParallelStyle::Replicated)
-        os << "(" << x->style->dim.name << ")";
-    }
-    if (x->cond) {
-      os << " if ";
-      expr(x->cond.get());
-    }
+    if (x->style)
+      style(*x->style);
+    optional(" if ", x->cond.get());
     break;
   }
   case Member::Linear: {
@@ -373,36 +377,22 @@ void Dumper::member(const Member *m) {
     shape(x->out);
     if (x->dtype)
       os << " " << x->dtype->name;
-    os << " " << spelling(x->style.kind);
-    if (x->style.kind != ParallelStyle::Replicated)
-      os << "(" << x->style.dim.name << ")";
+    style(x->style);
     if (x->hasBias) {
       os << " bias";
-      if (x->biasCond) {
-        os << "(";
-        expr(x->biasCond.get());
-        os << ")";
-      }
+      if (x->biasCond)
+        wrapped("(", x->biasCond.get(), ")");
     }
-    if (x->scaleBlock) {
-      os << " scale(";
-      expr(x->scaleBlock.get());
-      os << ")";
-    }
-    if (x->cond) {
-      os << " if ";
-      expr(x->cond.get());
-    }
+    if (x->scaleBlock)
+      wrapped(" scale(", x->scaleBlock.get(), ")");
+    optional(" if ", x->cond.get());
     break;
   }
   case Member::Instance: {
     auto *x = cast<InstanceMember>(m);
     os << "Instance " << x->name.name << " = ";
     instance(x->expr);
-    if (x->cond) {
-      os << " if ";
-      expr(x->cond.get());
-    }
+    optional(" if ", x->cond.get());
     break;
   }
   case Member::Stack: {
@@ -416,15 +406,14 @@ void Dumper::member(const Member *m) {
   case Member::Pipeline: {
     auto *x = cast<PipelineMember>(m);
     os << "Pipeline first(";
-    for (size_t i = 0; i < x->first.size(); ++i)
-      os << (i ? ", " : "") << x->first[i].name;
+    names(x->first);
     os << ") stages(" << (x->staged ? x->staged->name : "") << ") last(";
-    for (size_t i = 0; i < x->last.size(); ++i) {
-      os << (i ? ", " : "") << x->last[i].name;
+    list(x->last, [&](const Ident &n) {
+      os << n.name;
       for (auto &[wanted, fallback] : x->lastFallbacks)
-        if (wanted.name == x->last[i].name)
+        if (wanted.name == n.name)
           os << " ?? " << fallback.name;
-    }
+    });
     os << ")";
     break;
   }
@@ -450,10 +439,7 @@ void Dumper::decl(const Decl *d) {
     for (const ModuleParam &p : m->params) {
       line(p.range.Start);
       os << "Input " << p.name.name << ": " << p.type.str();
-      if (p.defaultValue) {
-        os << " = ";
-        expr(p.defaultValue.get());
-      }
+      optional(" = ", p.defaultValue.get());
       end();
     }
     for (const MemberPtr &mem : m->members)
@@ -479,37 +465,24 @@ void Dumper::decl(const Decl *d) {
         if (t->tensor.param)
           os << t->tensor.param->str();
         os << "[";
-        for (size_t i = 0; i < t->tensor.axes.size(); ++i) {
-          if (i)
-            os << ", ";
-          product(t->tensor.axes[i]);
-        }
+        list(t->tensor.axes, [&](const AxisProduct &p) { product(p); });
         os << "]";
         for (const TensorOption &o : t->options) {
           switch (o.kind) {
           case TensorOption::Copy:
             os << " copy";
-            if (o.value) {
-              os << "(";
-              expr(o.value.get());
-              os << ")";
-            }
+            if (o.value)
+              wrapped("(", o.value.get(), ")");
             break;
           case TensorOption::Offset:
-            os << " offset(";
-            expr(o.value.get());
-            os << ")";
+            wrapped(" offset(", o.value.get(), ")");
             break;
           case TensorOption::DType:
             os << " as " << o.name.name;
             break;
           case TensorOption::View:
             os << " view[";
-            for (size_t i = 0; i < o.shape.size(); ++i) {
-              if (i)
-                os << ", ";
-              expr(o.shape[i].get());
-            }
+            exprs(o.shape);
             os << "]";
             break;
           case TensorOption::Split:
@@ -522,24 +495,17 @@ void Dumper::decl(const Decl *d) {
             break;
           }
         }
-        if (t->when) {
-          os << " when ";
-          expr(t->when.get());
-        }
+        optional(" when ", t->when.get());
       } else if (auto *mt = dyn_cast<MountEntry>(e.get())) {
         os << "Mount " << mt->member.name;
         if (mt->indexVar)
           os << "[" << mt->indexVar->name << "]";
         os << " at ";
         tmpl(mt->path);
-        if (mt->when) {
-          os << " when ";
-          expr(mt->when.get());
-        }
+        optional(" when ", mt->when.get());
       } else if (auto *s = dyn_cast<ShardEntry>(e.get())) {
         os << "Shard";
-        for (size_t i = 0; i < s->params.size(); ++i)
-          os << (i ? ", " : " ") << s->params[i].str();
+        qualifiedNames(s->params);
         os << " on " << s->dim.name;
         if (s->axis)
           os << " by " << s->axis->name;
@@ -547,12 +513,10 @@ void Dumper::decl(const Decl *d) {
           os << " replicate";
       } else if (auto *dv = dyn_cast<DerivedEntry>(e.get())) {
         os << "Derived \"" << dv->name << "\" from";
-        for (size_t i = 0; i < dv->sources.size(); ++i)
-          os << (i ? ", " : " ") << dv->sources[i].str();
+        qualifiedNames(dv->sources);
         if (dv->hasRecompute) {
           os << " recompute";
-          for (size_t i = 0; i < dv->recompute.size(); ++i)
-            os << (i ? ", " : " ") << dv->recompute[i].name;
+          names(dv->recompute, " ");
         }
       } else if (auto *ch = dyn_cast<ChoiceDefaultEntry>(e.get())) {
         os << "ChoiceDefault " << ch->name.name << " = ";
@@ -577,8 +541,7 @@ void Dumper::decl(const Decl *d) {
     switch (e.kind) {
     case BackendEntry::Mesh:
       os << "Mesh";
-      for (size_t i = 0; i < e.names.size(); ++i)
-        os << (i ? ", " : " ") << e.names[i].name;
+      names(e.names, " ");
       break;
     case BackendEntry::Class:
       os << "Class " << e.name.name << " = \"" << e.className << "\"";
@@ -593,8 +556,7 @@ void Dumper::decl(const Decl *d) {
       break;
     case BackendEntry::Choice:
       os << "Choice " << e.name.name << " =";
-      for (auto &o : e.options)
-        os << " \"" << o.first << "\"";
+      quoted(e.options);
       break;
     case BackendEntry::Let:
       os << "Let " << e.let->name.name << " = ";

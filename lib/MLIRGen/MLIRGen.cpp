@@ -49,6 +49,14 @@ private:
   /// Fills `region` with one block computing `exprs` and yielding them.
   void yieldRegion(mlir::Region &region, llvm::ArrayRef<const Expr *> exprs,
                    llvm::ArrayRef<std::pair<std::string, mlir::Type>> args = {});
+  /// yieldRegion of `e` alone where there is an `e`; an optional region
+  /// stays empty without one.
+  void
+  yieldOptional(mlir::Region &region, const Expr *e,
+                llvm::ArrayRef<std::pair<std::string, mlir::Type>> args = {}) {
+    if (e)
+      yieldRegion(region, {e}, args);
+  }
   void yieldValues(mlir::Region &region, SMLoc l,
                    llvm::function_ref<llvm::SmallVector<mlir::Value>()> body,
                    llvm::ArrayRef<std::pair<std::string, mlir::Type>> args = {});
@@ -62,6 +70,18 @@ private:
   void member(const ModuleDecl *m, const Member *mem);
   mlir::ArrayAttr shape(const Shape &s);
   ParallelStyleAttr style(const ParallelStyle &s);
+  /// The element type a dtype name (checked by Sema) stands for.
+  ElementTypeAttr dtype(llvm::StringRef name) {
+    return ElementTypeAttr::get(&ctx, toElementType(*parseDType(name)));
+  }
+  /// The attributes of a param's or linear's optional `[E]` and dtype: null
+  /// where the spec gives none.
+  mlir::FlatSymbolRefAttr expertAttr(const std::optional<Ident> &dim) {
+    return dim ? mlir::FlatSymbolRefAttr::get(&ctx, dim->name) : nullptr;
+  }
+  ElementTypeAttr dtypeAttr(const std::optional<Ident> &name) {
+    return name ? dtype(name->name) : ElementTypeAttr();
+  }
   void cases(mlir::Region &region, const InstanceExpr &ie, bool inStack,
              const std::string &indexVar);
   void layout(const LayoutDecl *l);
@@ -150,9 +170,7 @@ mlir::Value Generator::expr(const Expr *e) {
     case NameRefExpr::Member:
       return builder.create<GetOp>(l, type(e->type), n->name);
     case NameRefExpr::DTypeConst:
-      return constant(
-          ElementTypeAttr::get(&ctx, toElementType(*parseDType(n->name))),
-          DTypeType::get(&ctx), e->getLoc());
+      return constant(dtype(n->name), DTypeType::get(&ctx), e->getLoc());
     case NameRefExpr::Context:
       return builder.create<ContextOp>(l, type(e->type), n->name);
     case NameRefExpr::Unresolved:
@@ -359,8 +377,7 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
     configRoots = c->roots;
     yieldRegion(op.getValue(), {c->value.get()});
     configRoots.clear();
-    if (c->detect)
-      yieldRegion(op.getDetect(), {c->detect.get()});
+    yieldOptional(op.getDetect(), c->detect.get());
     return;
   }
   case Member::Example:
@@ -393,54 +410,35 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
       factors = builder.getArrayAttr(refs);
     }
     auto op = builder.create<DimOp>(l, d->name.name, factors);
-    if (d->size)
-      yieldRegion(op.getSize(), {d->size.get()});
+    yieldOptional(op.getSize(), d->size.get());
     return;
   }
   case Member::Param: {
     auto *p = cast<ParamMember>(mem);
-    mlir::FlatSymbolRefAttr expert;
-    if (p->expertDim)
-      expert = mlir::FlatSymbolRefAttr::get(&ctx, p->expertDim->name);
-    ElementTypeAttr dtype;
-    if (p->dtype)
-      dtype = ElementTypeAttr::get(&ctx,
-                                   toElementType(*parseDType(p->dtype->name)));
     ParallelStyleAttr st;
     if (p->style)
       st = style(*p->style);
-    auto op = builder.create<ParamOp>(l, p->name.name, shape(p->shape), expert,
-                                      dtype, st);
-    if (p->cond)
-      yieldRegion(op.getCond(), {p->cond.get()});
+    auto op = builder.create<ParamOp>(l, p->name.name, shape(p->shape),
+                                      expertAttr(p->expertDim),
+                                      dtypeAttr(p->dtype), st);
+    yieldOptional(op.getCond(), p->cond.get());
     return;
   }
   case Member::Linear: {
     auto *x = cast<LinearMember>(mem);
-    mlir::FlatSymbolRefAttr expert;
-    if (x->expertDim)
-      expert = mlir::FlatSymbolRefAttr::get(&ctx, x->expertDim->name);
-    ElementTypeAttr dtype;
-    if (x->dtype)
-      dtype = ElementTypeAttr::get(&ctx,
-                                   toElementType(*parseDType(x->dtype->name)));
-    auto op = builder.create<LinearOp>(l, x->name.name, shape(x->in),
-                                       shape(x->out), style(x->style), expert,
-                                       dtype, x->hasBias);
-    if (x->biasCond)
-      yieldRegion(op.getBiasCond(), {x->biasCond.get()});
-    if (x->scaleBlock)
-      yieldRegion(op.getScaleBlock(), {x->scaleBlock.get()});
-    if (x->cond)
-      yieldRegion(op.getCond(), {x->cond.get()});
+    auto op = builder.create<LinearOp>(
+        l, x->name.name, shape(x->in), shape(x->out), style(x->style),
+        expertAttr(x->expertDim), dtypeAttr(x->dtype), x->hasBias);
+    yieldOptional(op.getBiasCond(), x->biasCond.get());
+    yieldOptional(op.getScaleBlock(), x->scaleBlock.get());
+    yieldOptional(op.getCond(), x->cond.get());
     return;
   }
   case Member::Instance: {
     auto *x = cast<InstanceMember>(mem);
     auto op = builder.create<InstanceOp>(l, x->name.name);
     cases(op.getCases(), x->expr, /*inStack=*/false, "");
-    if (x->cond)
-      yieldRegion(op.getCond(), {x->cond.get()});
+    yieldOptional(op.getCond(), x->cond.get());
     return;
   }
   case Member::Stack: {
@@ -579,8 +577,7 @@ void Generator::module(const ModuleDecl *m) {
   for (const ModuleParam &p : m->params) {
     auto in = builder.create<InputOp>(loc(p.range.Start), p.name.name,
                                       type(p.type), p.type.kind == Type::Dim);
-    if (p.defaultValue)
-      yieldRegion(in.getDefaultValue(), {p.defaultValue.get()});
+    yieldOptional(in.getDefaultValue(), p.defaultValue.get());
   }
   for (const MemberPtr &mem : m->members)
     member(m, mem.get());
@@ -685,8 +682,7 @@ void Generator::layout(const LayoutDecl *d) {
           break;
         }
         case TensorOption::DType:
-          stored = ElementTypeAttr::get(
-              &ctx, toElementType(*parseDType(o.name.name)));
+          stored = dtype(o.name.name);
           break;
         case TensorOption::View:
           view = &o;
@@ -719,10 +715,8 @@ void Generator::layout(const LayoutDecl *d) {
           sizes.push_back(s.get());
         yieldRegion(op.getView(), sizes);
       }
-      if (copyIf)
-        yieldRegion(op.getCopyIf(), {copyIf}, blockArgs);
-      if (t->when)
-        yieldRegion(op.getWhen(), {t->when.get()}, blockArgs);
+      yieldOptional(op.getCopyIf(), copyIf, blockArgs);
+      yieldOptional(op.getWhen(), t->when.get(), blockArgs);
     } else if (auto *m = dyn_cast<MountEntry>(entry.get())) {
       llvm::SmallVector<const Expr *> args;
       mlir::ArrayAttr path = nameTemplate(m->path, args);
@@ -732,8 +726,7 @@ void Generator::layout(const LayoutDecl *d) {
         blockArgs.push_back({m->indexVar->name, i64()});
       if (!args.empty() || m->indexVar)
         yieldRegion(op.getPathArgs(), args, blockArgs);
-      if (m->when)
-        yieldRegion(op.getWhen(), {m->when.get()});
+      yieldOptional(op.getWhen(), m->when.get());
     } else if (auto *s = dyn_cast<ShardEntry>(entry.get())) {
       llvm::SmallVector<llvm::StringRef> params;
       std::vector<std::string> storage;
@@ -758,8 +751,7 @@ void Generator::layout(const LayoutDecl *d) {
       }
       auto op = builder.create<DerivedOp>(
           l, dv->name, builder.getStrArrayAttr(srcRefs), recompute);
-      if (dv->when)
-        yieldRegion(op.getWhen(), {dv->when.get()});
+      yieldOptional(op.getWhen(), dv->when.get());
     } else if (auto *ch = dyn_cast<ChoiceDefaultEntry>(entry.get())) {
       auto op = builder.create<ChoiceDefaultOp>(l, ch->name.name);
       yieldRegion(op.getValue(), {ch->value.get()});

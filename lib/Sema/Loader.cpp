@@ -94,27 +94,22 @@ const ast::File *Loader::load(const std::string &path, llvm::SMLoc importLoc) {
 
   // A driver may have loaded the file already (to scan it for expected
   // diagnostics); parse that buffer rather than a second copy.
-  for (unsigned id = 1; id <= sm.getNumBuffers(); ++id)
-    if (sm.getMemoryBuffer(id)->getBufferIdentifier() == path &&
-        !loaded.count(key)) {
-      std::unique_ptr<ast::File> file = parseFile(sm, id, ctx);
-      if (!file) {
-        failed = true;
-        loaded[key] = nullptr;
-        return nullptr;
-      }
-      return finish(std::move(file), key, path, importLoc);
+  unsigned bufferId = 0;
+  for (unsigned id = 1; id <= sm.getNumBuffers() && !bufferId; ++id)
+    if (sm.getMemoryBuffer(id)->getBufferIdentifier() == path)
+      bufferId = id;
+  if (!bufferId) {
+    std::string text, error;
+    if (!rt::readFile(path, text, error)) {
+      mlir::emitError(importLoc.isValid() ? loc(importLoc)
+                                          : mlir::UnknownLoc::get(&ctx))
+          << error;
+      failed = true;
+      return nullptr;
     }
-  std::string text, error;
-  if (!rt::readFile(path, text, error)) {
-    mlir::emitError(importLoc.isValid() ? loc(importLoc)
-                                        : mlir::UnknownLoc::get(&ctx))
-        << error;
-    failed = true;
-    return nullptr;
+    bufferId = sm.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBufferCopy(text, path), importLoc);
   }
-  unsigned bufferId = sm.AddNewSourceBuffer(
-      llvm::MemoryBuffer::getMemBufferCopy(text, path), importLoc);
   std::unique_ptr<ast::File> file = parseFile(sm, bufferId, ctx);
   if (!file) {
     failed = true;

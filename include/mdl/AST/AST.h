@@ -31,6 +31,24 @@ struct Ident {
   SMLoc loc() const { return range.Start; }
 };
 
+/// The base of each node hierarchy (expressions, members, layout entries,
+/// declarations): the node's kind, for LLVM-style RTTI, and its source
+/// range. `Kinds` holds the hierarchy's `enum Kind`, which the hierarchy's
+/// classes inherit (`Expr::IntLit`).
+template <typename Kinds> class Node : public Kinds {
+public:
+  using Kind = typename Kinds::Kind;
+  Node(Kind kind, SMRange range) : kind(kind), range(range) {}
+  virtual ~Node() = default;
+  Kind getKind() const { return kind; }
+  SMRange getRange() const { return range; }
+  SMLoc getLoc() const { return range.Start; }
+
+private:
+  Kind kind;
+  SMRange range;
+};
+
 //===----------------------------------------------------------------------===//
 // Types
 //===----------------------------------------------------------------------===//
@@ -58,8 +76,7 @@ struct Type {
 // Expressions
 //===----------------------------------------------------------------------===//
 
-class Expr {
-public:
+struct ExprKinds {
   enum Kind {
     IntLit,
     StringLit,
@@ -74,18 +91,13 @@ public:
     ListLit,
     Comprehension,
   };
-  Expr(Kind kind, SMRange range) : kind(kind), range(range) {}
-  virtual ~Expr() = default;
-  Kind getKind() const { return kind; }
-  SMRange getRange() const { return range; }
-  SMLoc getLoc() const { return range.Start; }
+};
+class Expr : public Node<ExprKinds> {
+public:
+  using Node::Node;
 
   /// Filled in by Sema.
   Type type;
-
-private:
-  Kind kind;
-  SMRange range;
 };
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -246,8 +258,7 @@ struct InstanceExpr {
   SMRange range;
 };
 
-class Member {
-public:
+struct MemberKinds {
   enum Kind {
     Config,
     Example,
@@ -264,15 +275,10 @@ public:
     Needs,
     Deploy,
   };
-  Member(Kind kind, SMRange range) : kind(kind), range(range) {}
-  virtual ~Member() = default;
-  Kind getKind() const { return kind; }
-  SMRange getRange() const { return range; }
-  SMLoc getLoc() const { return range.Start; }
-
-private:
-  Kind kind;
-  SMRange range;
+};
+class Member : public Node<MemberKinds> {
+public:
+  using Node::Node;
 };
 using MemberPtr = std::unique_ptr<Member>;
 
@@ -479,18 +485,12 @@ struct TensorOption {
   SMRange range;
 };
 
-class LayoutEntry {
-public:
+struct LayoutEntryKinds {
   enum Kind { Tensor, Mount, Shard, Derived, Let, ChoiceDefault };
-  LayoutEntry(Kind kind, SMRange range) : kind(kind), range(range) {}
-  virtual ~LayoutEntry() = default;
-  Kind getKind() const { return kind; }
-  SMRange getRange() const { return range; }
-  SMLoc getLoc() const { return range.Start; }
-
-private:
-  Kind kind;
-  SMRange range;
+};
+class LayoutEntry : public Node<LayoutEntryKinds> {
+public:
+  using Node::Node;
 };
 using LayoutEntryPtr = std::unique_ptr<LayoutEntry>;
 
@@ -577,20 +577,14 @@ struct ChoiceDefaultEntry : LayoutEntry {
 // Top-level declarations
 //===----------------------------------------------------------------------===//
 
-class Decl {
-public:
+struct DeclKinds {
   enum Kind { Module, Layout, Backend };
+};
+class Decl : public Node<DeclKinds> {
+public:
   Decl(Kind kind, Ident name, SMRange range)
-      : name(std::move(name)), kind(kind), range(range) {}
-  virtual ~Decl() = default;
-  Kind getKind() const { return kind; }
-  SMRange getRange() const { return range; }
-  SMLoc getLoc() const { return range.Start; }
+      : Node(kind, range), name(std::move(name)) {}
   Ident name;
-
-private:
-  Kind kind;
-  SMRange range;
 };
 using DeclPtr = std::unique_ptr<Decl>;
 

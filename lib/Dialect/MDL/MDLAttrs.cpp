@@ -132,18 +132,24 @@ static ParseResult parseName(AsmParser &parser, std::string &name) {
   return success();
 }
 
+/// The rest of a product once its `(` is read: term (`,` term)* `)`.
+static ParseResult parseProductTail(AsmParser &parser,
+                                    SmallVectorImpl<Attribute> &terms) {
+  do {
+    TermAttr t = TermAttr::parseBody(parser);
+    if (!t)
+      return failure();
+    terms.push_back(t);
+  } while (succeeded(parser.parseOptionalComma()));
+  return parser.parseRParen();
+}
+
 /// term ::= name | `1` | `(` term (`,` term)* `)` | `{` part (`,` part)* `}`
 TermAttr TermAttr::parseBody(AsmParser &parser) {
   MLIRContext *ctx = parser.getContext();
   if (succeeded(parser.parseOptionalLParen())) {
     SmallVector<Attribute> terms;
-    do {
-      TermAttr t = parseBody(parser);
-      if (!t)
-        return {};
-      terms.push_back(t);
-    } while (succeeded(parser.parseOptionalComma()));
-    if (parser.parseRParen())
+    if (parseProductTail(parser, terms))
       return {};
     return getProduct(ctx, terms);
   }
@@ -153,13 +159,7 @@ TermAttr TermAttr::parseBody(AsmParser &parser) {
       // A group: a product holding a part set of its own.
       if (succeeded(parser.parseOptionalLParen())) {
         SmallVector<Attribute> terms;
-        do {
-          TermAttr t = parseBody(parser);
-          if (!t)
-            return {};
-          terms.push_back(t);
-        } while (succeeded(parser.parseOptionalComma()));
-        if (parser.parseRParen())
+        if (parseProductTail(parser, terms))
           return {};
         parts.push_back(getPart(ctx, "", terms));
         continue;
