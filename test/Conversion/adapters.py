@@ -36,7 +36,6 @@ projections); --choice is passed to mdl-convert: `lora=off` converts for
 vLLM's module set without LoRA, which the reference follows too (by
 default, adapters are for the modules vLLM builds with LoRA enabled).
 """
-import argparse
 import json
 import os
 import shutil
@@ -223,9 +222,7 @@ def bridge_names(args, peft, out, adapters):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for flag in ("mdlc", "convert", "spec", "model", "config", "work"):
-        ap.add_argument("--" + flag, required=True)
+    ap = roundtrip.arguments()
     ap.add_argument("--rank-size", type=int, default=3)
     ap.add_argument("--backends", default="mcore_te,mcore_local,vllm")
     ap.add_argument("--targets", default=",".join(TARGETS))

@@ -14,7 +14,6 @@ one process only (a tensor missing from one source rank, which only the
 process writing the target rank that needs it reads, not the first) must fail every
 process with exit 1, print the error once, and leave no output.
 """
-import argparse
 import json
 import os
 import struct
@@ -65,9 +64,7 @@ def drop_tensor(path, name):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--mdlc", "--convert", "--spec", "--model", "--config", "--work"):
-        ap.add_argument(a, required=True)
+    ap = roundtrip.arguments()
     ap.add_argument("--np", type=int, default=3)
     args = ap.parse_args()
 

@@ -510,22 +510,17 @@ class Reference:
         elif kind == "full_attention":
             qkv, proj, bias = self.attention(hfpre + "self_attn.", t, gated)
             qk_norms = hfpre + "self_attn.q_norm.weight" in self.hf
-            if mc:
-                put(attn + "linear_qkv.weight", qkv)
-                put(attn + "linear_proj.weight", proj)
-                if bias is not None:
-                    put(attn + "linear_qkv.bias", bias)
-                if qk_norms:
-                    put(attn + "q_layernorm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
-                    put(attn + "k_layernorm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
-            else:
-                put(attn + "qkv_proj.weight", qkv)
-                put(attn + "o_proj.weight", proj)
-                if bias is not None:
-                    put(attn + "qkv_proj.bias", bias)
-                if qk_norms:
-                    put(attn + "q_norm.weight", self.w(hfpre + "self_attn.q_norm.weight"))
-                    put(attn + "k_norm.weight", self.w(hfpre + "self_attn.k_norm.weight"))
+            # The same four tensors, named by Megatron or by vLLM.
+            qkv_name, proj_name, q_name, k_name = (
+                ("linear_qkv", "linear_proj", "q_layernorm", "k_layernorm") if mc
+                else ("qkv_proj", "o_proj", "q_norm", "k_norm"))
+            put(attn + qkv_name + ".weight", qkv)
+            put(attn + proj_name + ".weight", proj)
+            if bias is not None:
+                put(attn + qkv_name + ".bias", bias)
+            if qk_norms:
+                put(attn + q_name + ".weight", self.w(hfpre + "self_attn.q_norm.weight"))
+                put(attn + k_name + ".weight", self.w(hfpre + "self_attn.k_norm.weight"))
         else:
             for n, a in self.gdn(hfpre + "linear_attn.", t).items():
                 put(attn + n, a)

@@ -110,14 +110,17 @@ def backend_meshes(convert):
             for cols in (line.split("\t") for line in out.stdout.splitlines())}
 
 
-def main():
+def arguments():
+    """The command line of the conversion drivers: the tools, a spec, its
+    model and a config, and the work directory (emptied by write_hf)."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mdlc", required=True)
-    ap.add_argument("--convert", required=True)
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--work", required=True)
+    for a in ("mdlc", "convert", "spec", "model", "config", "work"):
+        ap.add_argument("--" + a, required=True)
+    return ap
+
+
+def main():
+    ap = arguments()
     ap.add_argument("--storage", default="per_expert")
     ap.add_argument("--backends", default="mcore_te,mcore_local,vllm")
     args = ap.parse_args()

@@ -14,7 +14,6 @@ rank file whose `model` is a call of os.system is refused and runs nothing.
   torch_checkpoints.py --mdlc MDLC --convert MDL_CONVERT --spec SPEC
                        --model M --config CONFIG.json --work DIR
 """
-import argparse
 import os
 import sys
 
@@ -33,9 +32,7 @@ def tree(d):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("mdlc", "convert", "spec", "model", "config", "work"):
-        ap.add_argument("--" + a, required=True)
+    ap = roundtrip.arguments()
     args = ap.parse_args()
     hf = roundtrip.write_hf(args.mdlc, args.spec, args.config, args.work, 3)[0]
     work = lambda *p: os.path.join(args.work, *p)  # noqa: E731

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -57,6 +58,16 @@ void mdl::fuzz::removeTree(const std::string &path) {
   fs::remove_all(path, ec);
 }
 
+void mdl::fuzz::makeConfigDir(const std::string &dir) {
+  static std::set<std::string> made;
+  if (!made.insert(dir).second)
+    return;
+  removeTree(dir);
+  fs::create_directory(dir);
+  fs::copy_file(MDL_SOURCE_DIR "/test/Fuzz/rank-dir/config.json",
+                fs::path(dir) / "config.json");
+}
+
 int mdl::fuzz::runMdlc(const std::vector<std::string> &args) {
   Options options;
   if (std::optional<int> code = parseOptions(args, options, "usage\n"))
@@ -67,6 +78,12 @@ int mdl::fuzz::runMdlc(const std::vector<std::string> &args) {
   mlir::ScopedDiagnosticHandler quiet(
       &context, [](mlir::Diagnostic &) { return mlir::success(); });
   return runCommand(options, sourceMgr, context);
+}
+
+int mdl::fuzz::checkQwen3Hf(const std::string &option,
+                            const std::string &path) {
+  return runMdlc(
+      {"check", "models/qwen3.mdl", "--backend", "hf", option, path});
 }
 
 int mdl::fuzz::runConvert(const std::vector<std::string> &args) {

@@ -25,8 +25,15 @@ void writeFile(const std::string &path, const uint8_t *data, size_t size);
 void writeFile(const std::string &path, const std::string &text);
 /// Removes `path` and everything under it.
 void removeTree(const std::string &path);
+/// Makes the directory `dir` (emptied first) with the config.json of the
+/// tiny qwen3 of test/Fuzz/rank-dir in it, once a process: the harness
+/// writes its input beside that config.
+void makeConfigDir(const std::string &dir);
 /// Runs mdlc with `args` (its diagnostics discarded); its exit code.
 int runMdlc(const std::vector<std::string> &args);
+/// Checks models/qwen3.mdl on hf against `path`, given with `option`
+/// (--hf-dir, --hf-index, ...); mdlc's exit code.
+int checkQwen3Hf(const std::string &option, const std::string &path);
 /// Runs mdl-convert with `args`; its exit code.
 int runConvert(const std::vector<std::string> &args);
 /// Opens `path` as a checkpoint, when it is one, and touches a byte of

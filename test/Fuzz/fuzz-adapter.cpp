@@ -6,20 +6,11 @@
 
 #include "FuzzCommon.h"
 
-#include <filesystem>
-
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz::enterScratch();
-  static bool once = [] {
-    fuzz::removeTree("adapters");
-    std::filesystem::create_directory("adapters");
-    std::filesystem::copy_file(MDL_SOURCE_DIR "/test/Fuzz/rank-dir/config.json",
-                               "adapters/config.json");
-    return true;
-  }();
-  (void)once;
+  fuzz::makeConfigDir("adapters");
   fuzz::writeFile("adapters/adapter_model.safetensors", data, size);
   fuzz::runConvert({"--model", "qwen3", "--from", "hf", "--to", "mcore_te",
                     "--tp", "2", "--adapters", "adapters", "out"});

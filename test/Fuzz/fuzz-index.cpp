@@ -7,7 +7,6 @@ using namespace mdl;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz::enterScratch();
   fuzz::writeFile("model.safetensors.index.json", data, size);
-  fuzz::runMdlc({"check", "models/qwen3.mdl", "--backend", "hf",
-                 "--hf-index", "model.safetensors.index.json"});
+  fuzz::checkQwen3Hf("--hf-index", "model.safetensors.index.json");
   return 0;
 }

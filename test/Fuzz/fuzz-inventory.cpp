@@ -7,7 +7,6 @@ using namespace mdl;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz::enterScratch();
   fuzz::writeFile("inventory.tsv", data, size);
-  fuzz::runMdlc({"check", "models/qwen3.mdl", "--backend", "hf",
-                 "--hf-inventory", "inventory.tsv"});
+  fuzz::checkQwen3Hf("--hf-inventory", "inventory.tsv");
   return 0;
 }

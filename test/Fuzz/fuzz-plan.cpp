@@ -5,20 +5,11 @@
 
 #include "FuzzCommon.h"
 
-#include <filesystem>
-
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz::enterScratch();
-  static bool once = [] {
-    fuzz::removeTree("backend");
-    std::filesystem::create_directory("backend");
-    std::filesystem::copy_file(MDL_SOURCE_DIR "/test/Fuzz/rank-dir/config.json",
-                               "backend/config.json");
-    return true;
-  }();
-  (void)once;
+  fuzz::makeConfigDir("backend");
   fuzz::writeFile("backend/plan.json", data, size);
   fuzz::runConvert({"--model", "qwen3", "--from", "mcore_te", "--to", "hf",
                     "--dry-run", "backend", "out"});

@@ -6,23 +6,13 @@
 
 #include "FuzzCommon.h"
 
-#include <filesystem>
-
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz::enterScratch();
-  static bool once = [] {
-    fuzz::removeTree("hf");
-    std::filesystem::create_directory("hf");
-    std::filesystem::copy_file(MDL_SOURCE_DIR "/test/Fuzz/rank-dir/config.json",
-                               "hf/config.json");
-    return true;
-  }();
-  (void)once;
+  fuzz::makeConfigDir("hf");
   fuzz::writeFile("hf/model.safetensors", data, size);
-  fuzz::runMdlc({"check", "models/qwen3.mdl", "--backend", "hf", "--hf-dir",
-                 "hf"});
+  fuzz::checkQwen3Hf("--hf-dir", "hf");
   fuzz::readCheckpoint("hf/model.safetensors");
   fuzz::runConvert(
       {"--model", "qwen3", "--from", "hf", "--to", "mcore_te", "hf", "out"});

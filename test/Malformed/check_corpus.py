@@ -8,12 +8,13 @@ crash nor hang. Files whose names start with `_` are the corpus's helpers.
 """
 import os
 import re
-import subprocess
 import sys
 
-LOCATED = re.compile(rb"^[^\n:]+:\d+:\d+: error: \S")
-CRASH = [b"PLEASE submit a bug report", b"Assertion", b"Stack dump",
-         b"AddressSanitizer", b"runtime error:", b"terminate called"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "Inputs"))
+import refusals  # noqa: E402
+
+LOCATED = re.compile(r"^[^\n:]+:\d+:\d+: error: \S", re.ASCII)
 
 
 def main():
@@ -29,28 +30,22 @@ def main():
         else:
             cmd = [mdlc, "check", os.path.join(inputs, "_reads.mdl"),
                    "--hf-config", path]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=60)
-        except subprocess.TimeoutExpired:
-            failures.append(f"{name}: timed out")
+        proc = refusals.run(name, cmd, failures, timeout=60)
+        if proc is None:
             continue
         # The include stack of an imported file precedes its error.
-        err = b"\n".join(l for l in proc.stderr.split(b"\n")
-                         if not l.startswith(b"Included from "))
+        err = "\n".join(l for l in proc.stderr.split("\n")
+                        if not l.startswith("Included from "))
+        first = err.split("\n", 1)[0]
         if proc.returncode != 1:
             failures.append(f"{name}: exit code {proc.returncode}, expected 1")
         elif not LOCATED.match(err):
-            first = err.split(b"\n", 1)[0].decode(errors="replace")
             failures.append(f"{name}: first line is not a located error: {first}")
-        elif any(c in err for c in CRASH):
+        elif refusals.crashed(err):
             failures.append(f"{name}: crashed")
         else:
-            first = err.split(b"\n", 1)[0].decode(errors="replace")
             print(f"ok {name}: {first}")
-    print(f"{len(names)} inputs, {len(failures)} failures")
-    for f in failures:
-        print("FAIL", f)
-    return 1 if failures else 0
+    return refusals.summary(len(names), "inputs", failures)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,8 @@ config.json, and backend sources without plan.json or missing a rank.
 Prints `CASE: MESSAGE` (the first line of the message; paths are relative
 to DIR) per case, then a summary.
 """
-import argparse
-import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
@@ -26,33 +23,22 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "Runtime", "Inputs"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "Inputs"))
 import malformed_safetensors  # noqa: E402
+import refusals  # noqa: E402
 import roundtrip  # noqa: E402
 
-CRASH = ["AddressSanitizer", "runtime error:", "Assertion", "terminate",
-         "Segmentation", "Stack dump"]
 PREFIX = "mdl-convert: error: "
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mdlc", required=True)
-    ap.add_argument("--convert", required=True)
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
+    args = roundtrip.arguments().parse_args()
+    # The valid checkpoint the other cases break or stand beside.
+    good, tensors = roundtrip.write_hf(args.mdlc, args.spec, args.config,
+                                       args.work, 3)
     os.chdir(args.work)
-    listing = subprocess.run([args.mdlc, "params", args.spec, "--hf-config",
-                              args.config, "--format=json"],
-                             capture_output=True, text=True)
-    if listing.returncode:
-        sys.exit("mdlc params failed:\n" + listing.stderr)
-    tensors = json.loads(listing.stdout)
-    rng = np.random.default_rng(3)
+    good = os.path.relpath(good)
+    rng = np.random.default_rng(4)
 
     def source(case, config=True):
         """A directory for `case` with the valid config.json in it."""
@@ -69,25 +55,12 @@ def main():
 
     cases = []  # (name, input directory, extra arguments)
     to_backend = ["--from", "hf", "--to", "mcore_te", "--tp", "2"]
-    for name, content in malformed_safetensors.cases():
-        d = source(name)
-        with open(os.path.join(d, "model.safetensors"), "wb") as f:
-            f.write(content)
-        cases.append((name, d, to_backend))
-    d = source("header-too-large")
-    with open(os.path.join(d, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", 100_000_001) + b"{")
-        f.truncate(8 + 100_000_001)
-    cases.append(("header-too-large", d, to_backend))
-    d = source("directory")
-    os.makedirs(os.path.join(d, "model.safetensors"))
-    cases.append(("directory", d, to_backend))
-    cases.append(("missing", source("missing"), to_backend))
-    cases.sort()
+    for name, path in malformed_safetensors.write_all(
+            lambda name: os.path.join(source(name), "model.safetensors")):
+        cases.append((name, os.path.dirname(path), to_backend))
 
     norm = next(t for t in tensors if t["name"] == "model.norm.weight")
     others = [t for t in tensors if t is not norm]
-    good = checkpoint("good", tensors)
     cases.append(("unknown-model", good,
                   ["--model", "nosuch", "--from", "hf", "--to", "mcore_te"]))
     cases.append(("wrong-shape", checkpoint(
@@ -158,27 +131,17 @@ def main():
         cmd = [args.convert, "--quiet"] + extra + [d, out]
         if "--model" not in extra:
             cmd[1:1] = ["--model", args.model]
-        proc = subprocess.run(cmd, capture_output=True, text=True,
-                              errors="replace")
-        lines = proc.stderr.splitlines()
-        if proc.returncode != 1:
-            failures.append(f"{name}: exit {proc.returncode}")
-        if any(c in proc.stderr for c in CRASH):
-            failures.append(f"{name}: crashed")
-        if proc.stdout:
-            failures.append(f"{name}: wrote to stdout")
+        proc = refusals.run(name, cmd, failures)
+        if proc is None:
+            continue
+        message = refusals.refusal(name, proc, PREFIX, failures)
         if name in in_the_way and tree(out) != before:
             failures.append(f"{name}: left {tree(out)} in {out}")
         elif name not in in_the_way and os.path.exists(out):
             failures.append(f"{name}: left {out} behind")
-        if not lines or not lines[0].startswith(PREFIX):
-            failures.append(f"{name}: printed {proc.stderr!r}")
-            continue
-        print(f"{name}: {lines[0][len(PREFIX):]}")
-    print(f"{len(cases)} cases, {len(failures)} failures")
-    for f in failures:
-        print("FAIL", f)
-    return 1 if failures else 0
+        if message is not None:
+            print(f"{name}: {message}")
+    return refusals.summary(len(cases), "cases", failures)
 
 
 if __name__ == "__main__":

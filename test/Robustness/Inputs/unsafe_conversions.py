@@ -11,23 +11,19 @@ a time limit, and leave every input as it was.
 Prints `CASE: MESSAGE` (the first line of the message, paths relative to
 DIR) per case, then a summary.
 """
-import argparse
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "Conversion"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "Inputs"))
+import refusals  # noqa: E402
 import roundtrip  # noqa: E402
 
 PREFIX = "mdl-convert: error: "
-CRASH = ["AddressSanitizer", "runtime error:", "Assertion", "terminate",
-         "Segmentation", "Stack dump"]
 
 
 def snapshot(path):
@@ -46,23 +42,9 @@ def snapshot(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("mdlc", "convert", "spec", "model", "config", "work"):
-        ap.add_argument("--" + a, required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
+    args = roundtrip.arguments().parse_args()
+    roundtrip.write_hf(args.mdlc, args.spec, args.config, args.work, 5)
     os.chdir(args.work)
-    listing = subprocess.run([args.mdlc, "params", args.spec, "--hf-config",
-                              args.config, "--format=json"],
-                             capture_output=True, text=True)
-    if listing.returncode:
-        sys.exit("mdlc params failed:\n" + listing.stderr)
-    rng = np.random.default_rng(5)
-    os.makedirs("hf")
-    shutil.copy(args.config, "hf/config.json")
-    roundtrip.write_checkpoint("hf/model.safetensors",
-                               json.loads(listing.stdout), rng)
     base = ["--model", args.model, "--quiet"]
     to_backend = base + ["--from", "hf", "--to", "mcore_te", "--tp", "2"]
     to_hf = base + ["--from", "mcore_te", "--to", "hf"]
@@ -114,33 +96,21 @@ def main():
     failures = []
     for name, cmd, inputs in cases:
         before = {i: snapshot(i) for i in inputs}
-        try:
-            proc = subprocess.run([args.convert] + cmd, capture_output=True,
-                                  text=True, errors="replace", timeout=120)
-        except subprocess.TimeoutExpired:
-            failures.append(f"{name}: timed out")
+        proc = refusals.run(name, [args.convert] + cmd, failures)
+        if proc is None:
             continue
-        lines = proc.stderr.splitlines()
-        if proc.returncode != 1:
-            failures.append(f"{name}: exit {proc.returncode}")
-        if any(c in proc.stderr for c in CRASH):
-            failures.append(f"{name}: crashed")
+        message = refusals.refusal(name, proc, PREFIX, failures)
         for i in inputs:
             if snapshot(i) != before[i]:
                 failures.append(f"{name}: changed {i}")
-        if not lines or not lines[0].startswith(PREFIX):
-            failures.append(f"{name}: printed {proc.stderr!r}")
-            continue
-        print(f"{name}: {lines[0][len(PREFIX):]}")
+        if message is not None:
+            print(f"{name}: {message}")
     # The same inputs, apart, convert.
     r = subprocess.run([args.convert] + to_hf + ["backend", "back"],
                        capture_output=True, text=True)
     if r.returncode:
         failures.append("backend -> hf failed: " + r.stderr)
-    print(f"{len(cases)} cases, {len(failures)} failures")
-    for f in failures:
-        print("FAIL", f)
-    return 1 if failures else 0
+    return refusals.summary(len(cases), "cases", failures)
 
 
 if __name__ == "__main__":

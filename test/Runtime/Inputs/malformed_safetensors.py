@@ -11,11 +11,11 @@ no crash. Prints `CASE: MESSAGE` per case, then a summary.
 import json
 import os
 import struct
-import subprocess
 import sys
 
-CRASH = [b"AddressSanitizer", b"runtime error:", b"Assertion", b"terminate",
-         b"Segmentation", b"Stack dump"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "Inputs"))
+import refusals  # noqa: E402
 
 
 def st(header, data=b"", length=None):
@@ -88,57 +88,51 @@ def cases():
     yield "metadata-non-string", st({"__metadata__": {"step": 1}})
 
 
-def main():
-    tool, out = sys.argv[1], sys.argv[2]
-    os.makedirs(out, exist_ok=True)
+def write_all(path_of):
+    """Writes each case to `path_of(NAME)`, and after them a header length
+    past the limit (in a sparse file long enough for it), a directory and
+    nothing (a missing file); the (name, path) pairs, sorted."""
     paths = []
     for name, content in cases():
-        path = os.path.join(out, name + ".safetensors")
+        path = path_of(name)
         with open(path, "wb") as f:
             f.write(content)
         paths.append((name, path))
-    # A header length past the limit, in a (sparse) file long enough for it.
-    path = os.path.join(out, "header-too-large.safetensors")
+    path = path_of("header-too-large")
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", 100_000_001) + b"{")
         f.truncate(8 + 100_000_001)
     paths.append(("header-too-large", path))
-    os.makedirs(os.path.join(out, "directory.safetensors"), exist_ok=True)
-    paths.append(("directory", os.path.join(out, "directory.safetensors")))
-    paths.append(("missing", os.path.join(out, "missing.safetensors")))
+    path = path_of("directory")
+    os.makedirs(path, exist_ok=True)
+    paths.append(("directory", path))
+    paths.append(("missing", path_of("missing")))
+    return sorted(paths)
 
+
+def main():
+    tool, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    paths = write_all(lambda name: os.path.join(out, name + ".safetensors"))
     failures = []
-    for name, path in sorted(paths):
+    for name, path in paths:
         messages = set()
         for args in (["list", path], ["list", "--header-only", path],
                      ["cat", path, "w"]):
-            try:
-                proc = subprocess.run([tool] + args, capture_output=True,
-                                      timeout=60)
-            except subprocess.TimeoutExpired:
-                failures.append(f"{name}: {args[:2]} timed out")
+            run = f"{name}: {args[:2]}"
+            proc = refusals.run(run, [tool] + args, failures, timeout=60)
+            if proc is None:
                 continue
-            prefix = f"mdl-safetensors: error: {path}: ".encode()
-            lines = proc.stderr.splitlines()
-            if proc.returncode != 1:
-                failures.append(f"{name}: {args[:2]} exit {proc.returncode}")
-            elif any(c in proc.stderr for c in CRASH):
-                failures.append(f"{name}: {args[:2]} crashed")
-            elif len(lines) != 1 or not lines[0].startswith(prefix):
-                failures.append(f"{name}: {args[:2]} printed {proc.stderr!r}")
-            elif proc.stdout:
-                failures.append(f"{name}: {args[:2]} wrote to stdout")
-            else:
-                messages.add(lines[0][len(prefix):].decode(errors="replace"))
+            message = refusals.refusal(
+                run, proc, f"mdl-safetensors: error: {path}: ", failures,
+                one_line=True)
+            if message is not None:
+                messages.add(message)
         if len(messages) > 1:
             failures.append(f"{name}: messages differ: {sorted(messages)}")
         for m in sorted(messages):
             print(f"{name}: {m}")
-    print(f"{len(paths)} cases, {len(failures)} failures")
-    for f in failures:
-        print("FAIL", f)
-    return 1 if failures else 0
-
+    return refusals.summary(len(paths), "cases", failures)
 
 if __name__ == "__main__":
     sys.exit(main())
