@@ -3,7 +3,7 @@
 #include "mdl/Evaluate/Check.h"
 
 #include "mdl/Runtime/Detect.h"
-
+#include "mdl/Runtime/LayoutCheck.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringExtras.h"

@@ -437,14 +437,6 @@ mdl::rt::adaptersToHf(const Binding &hf, const Binding &backend,
   return out;
 }
 
-void mdl::rt::selectLoraModules(const std::vector<ChoiceDecl> &backendChoices,
-                                std::map<std::string, std::string> &choices) {
-  for (const ChoiceDecl &c : backendChoices)
-    if (c.name == "lora" &&
-        std::find(c.options.begin(), c.options.end(), "on") != c.options.end())
-      choices.try_emplace(c.name, "on");
-}
-
 /// The value of `key` in PEFT's rank_pattern or alpha_pattern `patterns`
 /// for `module`: a key equal to the module's name or to a last part of it.
 static const json::Value *patternFor(const json::Value *patterns,

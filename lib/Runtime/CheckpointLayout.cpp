@@ -1,6 +1,7 @@
 //===- CheckpointLayout.cpp - Where a backend's rank files are ------------===//
 
 #include "mdl/Runtime/CheckpointLayout.h"
+#include "mdl/Runtime/Safetensors.h"
 #include "mdl/Runtime/TorchCheckpoint.h"
 
 #include <algorithm>

@@ -4,6 +4,8 @@
 #include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/Host.h"
 #include "mdl/Runtime/RankRecord.h"
+#include "mdl/Runtime/Safetensors.h"
+#include "mdl/Runtime/WorkerPool.h"
 
 #include <algorithm>
 #include <atomic>

@@ -190,3 +190,11 @@ std::string Binding::adapterBackend() const {
     v = setting(*this, backendDecl->adapterBackend, ParallelConfig(), 0);
   return v ? v->s : backendDecl->name;
 }
+
+void mdl::rt::selectLoraModules(const std::vector<ChoiceDecl> &backendChoices,
+                                std::map<std::string, std::string> &choices) {
+  for (const ChoiceDecl &c : backendChoices)
+    if (c.name == "lora" &&
+        std::find(c.options.begin(), c.options.end(), "on") != c.options.end())
+      choices.try_emplace(c.name, "on");
+}

@@ -1,7 +1,6 @@
 //===- Layout.cpp - What each rank of a backend holds ---------------------===//
 
 #include "mdl/Runtime/Layout.h"
-#include "mdl/Runtime/Plan.h"
 
 #include <algorithm>
 
@@ -128,14 +127,4 @@ int64_t mdl::rt::viewAxisSize(
   for (const std::string &a : v.atoms)
     n *= extent(a);
   return n;
-}
-
-std::vector<TensorListing> mdl::rt::listTensors(const ModelLayout &m,
-                                                const RankContext &ctx) {
-  Planner planner(m, ctx.config);
-  std::vector<TensorListing> out;
-  for (const LocalTensor &lt : planner.tensors(ctx, nullptr))
-    for (int64_t i = 0; i < lt.familySize(); ++i)
-      out.push_back({lt.name(m, i), lt.shape, lt.dtype, &m.tensors[lt.spec]});
-  return out;
 }

@@ -165,25 +165,25 @@ bool TorchCheckpointWriter::write(const std::string &path,
     p.orderedDict();
     p.op('(');
     for (const auto &[name, e] : dicts[k]) {
-      std::vector<int64_t> strides(e->info.shape.size(), 1);
+      std::vector<int64_t> strides(e->shape.size(), 1);
       int64_t numel = 1;
-      for (size_t d = e->info.shape.size(); d-- > 0;) {
+      for (size_t d = e->shape.size(); d-- > 0;) {
         strides[d] = numel;
-        numel *= e->info.shape[d];
+        numel *= e->shape[d];
       }
       p.string(name);
       p.global("torch._utils", "_rebuild_tensor_v2");
       p.op('(');
       p.op('(');
       p.string("storage");
-      p.global("torch", storageClass(e->info.dtype));
+      p.global("torch", storageClass(e->dtype));
       p.string(std::to_string(order.size()));
       p.string("cpu");
       p.integer(numel);
       p.op('t');
       p.op('Q'); // BINPERSID
       p.integer(0);
-      p.tuple(e->info.shape);
+      p.tuple(e->shape);
       p.tuple(strides);
       p.op('\x89'); // requires_grad False
       p.orderedDict(); // backward hooks
@@ -220,8 +220,8 @@ bool TorchCheckpointWriter::write(const std::string &path,
   zip.add(archive + "byteorder", byteorder.size());
   std::vector<Region> regions;
   for (size_t i = 0; i < order.size(); ++i) {
-    size_t entry = zip.add(archive + "data/" + std::to_string(i),
-                           order[i]->info.dataEnd);
+    size_t entry =
+        zip.add(archive + "data/" + std::to_string(i), order[i]->size);
     regions.push_back({order[i], zip.dataOffset(entry), true});
   }
   size_t versionEntry = zip.add(archive + "version", version.size());

@@ -4,7 +4,7 @@
 
 #include "Commands.h"
 
-#include "mdl/Runtime/Safetensors.h"
+#include "mdl/Runtime/Checkpoint.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"

@@ -15,6 +15,7 @@
 #include "Processes.h"
 
 #include "mdl/Runtime/Adapter.h"
+#include "mdl/Runtime/Checkpoint.h"
 #include "mdl/Runtime/CheckpointLayout.h"
 #include "mdl/Runtime/Cli.h"
 #include "mdl/Runtime/CheckpointDir.h"

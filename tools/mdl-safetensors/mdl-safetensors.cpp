@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mdl/Runtime/Checkpoint.h"
 #include "mdl/Runtime/Cli.h"
 #include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Json.h"

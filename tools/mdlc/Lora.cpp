@@ -2,8 +2,8 @@
 
 #include "Commands.h"
 
-#include "mdl/Runtime/Adapter.h"
 #include "mdl/Runtime/DType.h"
+#include "mdl/Runtime/Generated.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Lora.h"
 #include "mdl/Runtime/Report.h"

@@ -90,13 +90,6 @@ std::optional<Adapters> adaptersToHf(const Binding &hf, const Binding &backend,
                                      const std::vector<Adapters> &ranks,
                                      std::string &error);
 
-/// A backend's choice named `lora` with an option `on` says which modules
-/// the backend builds when it runs with LoRA enabled (vLLM's profile).
-/// Tools that describe LoRA (`mdlc lora`, `mdl-convert --adapters`) select
-/// it unless `choices` already does.
-void selectLoraModules(const std::vector<ChoiceDecl> &backendChoices,
-                       std::map<std::string, std::string> &choices);
-
 } // namespace mdl::rt
 
 #endif // MDL_RUNTIME_ADAPTER_H

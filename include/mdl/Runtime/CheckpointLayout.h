@@ -18,8 +18,9 @@
 #ifndef MDL_RUNTIME_CHECKPOINTLAYOUT_H
 #define MDL_RUNTIME_CHECKPOINTLAYOUT_H
 
+#include "mdl/Runtime/Checkpoint.h"
 #include "mdl/Runtime/Generated.h"
-#include "mdl/Runtime/Safetensors.h"
+#include "mdl/Runtime/TensorFileWriter.h"
 
 #include <map>
 #include <memory>

@@ -16,9 +16,10 @@
 #ifndef MDL_RUNTIME_CONVERT_H
 #define MDL_RUNTIME_CONVERT_H
 
+#include "mdl/Runtime/Checkpoint.h"
 #include "mdl/Runtime/Generated.h"
 #include "mdl/Runtime/Progress.h"
-#include "mdl/Runtime/Safetensors.h"
+#include "mdl/Runtime/TensorFileWriter.h"
 
 #include <cstdint>
 #include <functional>

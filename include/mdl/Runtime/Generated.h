@@ -46,6 +46,13 @@ const Generated *findGenerated(const std::string &model,
 /// holds and what the compiled-in specs serve, unless there is exactly one.
 const ModelDecl *servingModel(const HFConfig &config, std::string &error);
 
+/// A backend's choice named `lora` with an option `on` says which modules
+/// the backend builds when it runs with LoRA enabled (vLLM's profile).
+/// Tools that describe LoRA (`mdlc lora`, `mdl-convert --adapters`) select
+/// it unless `choices` already does.
+void selectLoraModules(const std::vector<ChoiceDecl> &backendChoices,
+                       std::map<std::string, std::string> &choices);
+
 struct LoadOptions {
   /// `key=value` overrides of the config (`mtp_num_hidden_layers=0`).
   std::vector<std::pair<std::string, std::string>> overrides;

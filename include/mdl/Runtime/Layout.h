@@ -277,17 +277,6 @@ WeightSides weightSides(const Param &w);
 std::string blockAtomName(const std::vector<std::string> &atoms,
                           int64_t block);
 
-/// One concrete tensor of a rank: its name, stored shape and dtype.
-/// Families are expanded, one entry per index.
-struct TensorListing {
-  std::string name;
-  std::vector<int64_t> shape;
-  DType dtype;
-  const TensorSpec *spec;
-};
-std::vector<TensorListing> listTensors(const ModelLayout &m,
-                                       const RankContext &ctx);
-
 /// Size of a view axis, given the extent of each atom.
 int64_t viewAxisSize(const TensorSpec::ViewAxis &v,
                      const std::function<int64_t(const std::string &)> &extent);

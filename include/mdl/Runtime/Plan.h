@@ -93,6 +93,17 @@ std::vector<RankTensor> rankTensors(const ModelLayout &m,
                                     const ParallelConfig &config,
                                     int64_t rank);
 
+/// One concrete tensor of a rank: its name, stored shape and dtype.
+/// Families are expanded, one entry per index.
+struct TensorListing {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype;
+  const TensorSpec *spec;
+};
+std::vector<TensorListing> listTensors(const ModelLayout &m,
+                                       const RankContext &ctx);
+
 /// Something wrong with a layout, found while planning it.
 struct Problem {
   std::string check; // a stable check ID, e.g. "coverage"
@@ -157,33 +168,6 @@ private:
   /// Layers per virtual stage (pp * vpp of them).
   std::vector<int64_t> stageLayers;
 };
-
-/// What a check may leave out: the tensors and parameters of a layer that
-/// repeats an earlier one apart from its index (same parameters, shapes,
-/// splits and tensors, none shared with other layers). Planning does not
-/// depend on a layer's stage beyond its name, so one layer of each class
-/// stands for all. Computed once per ModelLayout; independent of the
-/// parallel configuration.
-struct CheckScope {
-  std::vector<bool> skipTensor, skipParam;
-};
-CheckScope representativeLayers(const ModelLayout &m);
-
-/// The checks of a layout for one parallel configuration: that every
-/// parameter is held exactly once on each rank that should hold it, that
-/// tensors are made of whole, consistent pieces, that views do not reorder
-/// named dimensions and that even splits do not cut across fused parts.
-/// Runs on representative ranks (the first and last of each mesh axis, and
-/// every pipeline stage), which suffices because splits are even chunkings.
-std::vector<Problem> checkLayout(const Planner &planner,
-                                 const CheckScope *scope = nullptr);
-
-/// That no two tensors of a rank share a name (one would overwrite the
-/// other: MTP layers all mapped to layer 0). Every layer is named, whether
-/// it represents others or not. Names depend on the pipeline layout only
-/// (stages, local layer numbers), so one configuration per pipeline layout
-/// suffices, on the first tensor and expert rank.
-std::vector<Problem> checkNames(const Planner &planner);
 
 /// Enumerates the parallel configurations of a grid. `axes` maps an axis
 /// name (tp, pp, ep, etp, cp, dp, vpp) to its values.

@@ -28,6 +28,7 @@
 #define MDL_RUNTIME_TORCHCHECKPOINT_H
 
 #include "mdl/Runtime/Safetensors.h"
+#include "mdl/Runtime/TensorFileWriter.h"
 #include "mdl/Runtime/Zip.h"
 
 #include <cstdint>

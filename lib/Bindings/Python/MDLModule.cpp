@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Runtime/Adapter.h"
+#include "mdl/Runtime/Checkpoint.h"
 #include "mdl/Runtime/CheckpointDir.h"
 #include "mdl/Runtime/Cli.h"
 #include "mdl/Runtime/Convert.h"
