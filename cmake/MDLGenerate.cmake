@@ -4,7 +4,8 @@
 # Generates C++ for each spec and backend during the build (like
 # protobuf_generate): <spec>_<backend>.h and .cpp in OUTPUT_DIR (default:
 # <binary dir>/mdl_generated), in namespace mdl::gen::<model>::<backend>.
-# The sources are added to <target>, which gets the output directory on its
+# The sources are added to <target> (the .cpp files compiled with
+# -fexceptions, CMake 3.18 or newer), which gets the output directory on its
 # include path and links the MDL runtime. Files are regenerated when a spec
 # or anything it imports changes.
 #
@@ -15,6 +16,9 @@ function(mdl_generate)
                         ${ARGN})
   if(NOT ARG_TARGET OR NOT ARG_SPECS OR NOT ARG_BACKENDS)
     message(FATAL_ERROR "mdl_generate needs TARGET, SPECS and BACKENDS")
+  endif()
+  if(CMAKE_VERSION VERSION_LESS 3.18)
+    message(FATAL_ERROR "mdl_generate needs CMake 3.18 or newer")
   endif()
   if(NOT MDL_MDLC_EXECUTABLE)
     message(FATAL_ERROR "mdl_generate: MDL_MDLC_EXECUTABLE is not set; "
@@ -28,6 +32,7 @@ function(mdl_generate)
     list(APPEND includes -I "${dir}")
   endforeach()
   set(sources)
+  set(units)
   foreach(spec IN LISTS ARG_SPECS)
     get_filename_component(spec "${spec}" ABSOLUTE)
     get_filename_component(stem "${spec}" NAME_WE)
@@ -43,11 +48,15 @@ function(mdl_generate)
         COMMENT "Generating C++ for ${stem} on ${backend}"
         VERBATIM)
       list(APPEND sources "${out}.cpp" "${out}.h")
+      list(APPEND units "${out}.cpp")
     endforeach()
   endforeach()
   target_sources(${ARG_TARGET} PRIVATE ${sources})
   target_include_directories(${ARG_TARGET} PUBLIC "${ARG_OUTPUT_DIR}")
   target_link_libraries(${ARG_TARGET} PUBLIC MDL::Runtime)
-  # Generated expressions report errors inside the runtime as exceptions.
-  target_compile_options(${ARG_TARGET} PRIVATE -fexceptions)
+  # Errors in generated expressions are exceptions that the runtime throws
+  # and catches: they unwind through the generated code, which must clean
+  # up its values on the way. The rest of the target may do without.
+  set_property(SOURCE ${units} TARGET_DIRECTORY ${ARG_TARGET}
+               APPEND PROPERTY COMPILE_OPTIONS -fexceptions)
 endfunction()

@@ -40,11 +40,8 @@ std::optional<int64_t> mdl::parseBoundedInt(std::string_view text,
 }
 
 std::optional<std::string> ParallelConfig::checkBounds() const {
-  const std::pair<const char *, int64_t> axes[] = {
-      {"tp", tp}, {"pp", pp}, {"ep", ep}, {"etp", etp},
-      {"cp", cp}, {"dp", dp}, {"vpp", vpp}};
-  for (auto [name, v] : axes)
-    if (v < 1 || v > kMaxAxisSize)
+  for (auto [name, size] : kParallelSizes)
+    if (int64_t v = this->*size; v < 1 || v > kMaxAxisSize)
       return std::string(name) + "=" + std::to_string(v) +
              " is out of bounds (1 to " + std::to_string(kMaxAxisSize) + ")";
   // Each factor is at most 2^16: the product of three fits.

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Options.h"
 #include "Processes.h"
 
 #include "mdl/Runtime/Adapter.h"
@@ -32,105 +33,15 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
-#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
 using namespace mdl;
 using namespace mdl::rt;
+using mdl::convert::Options;
 using mdl::convert::Processes;
 
 namespace {
-
-const char *kUsage =
-    R"(usage: mdl-convert [--model NAME] --from A --to B [options] IN_DIR OUT_DIR
-       mdl-convert --list
-
-Converts a checkpoint from layout A to layout B (hf, mcore-te, mcore-local,
-vllm, ...). The model is the one whose spec serves config.json's
-architectures and model_type, or NAME. IN_DIR holds config.json and, for
-hf, the safetensors files (with model.safetensors.index.json when
-sharded); for a backend, what mdl-convert wrote (plan.json, config.json,
-the ranks' files), or a checkpoint a training run saved (mcore: the
-directory with latest_checkpointed_iteration.txt, a release/ or iter_*
-directory, or one rank's directory; its configuration is found from its
-rank directories, the model's config comes from --config). OUT_DIR gets
-config.json, plan.json, the source's other files that are not weights
-(tokenizer, generation config, ...) and the target's files: for hf
-model.safetensors, or shards with model.safetensors.index.json above
---max-shard-size; for mcore Megatron's torch checkpoint
-(latest_checkpointed_iteration.txt, and in release/ one
-mp_rank_TT[_PPP][_EEE] directory per saved rank with a model_optim_rng.pt);
-for vllm its sharded_state files, model-rank-R-part-P.safetensors.
-
-Options:
-  --tp N --pp N --ep N --etp N --vpp N --sp
-                      the target's parallel configuration (a backend
-                      source's comes from its plan.json)
-  --first-stage-layers N, --last-stage-layers N
-                      uneven first and last pipeline stages
-  --rank R            convert only rank R of the target, reading only the
-                      source files it needs (ranks convert in parallel)
-  --set KEY=VALUE     override a key of config.json (e.g.
-                      --set mtp_num_hidden_layers=0: the tensors of the
-                      dropped MTP layers are skipped); never more stack
-                      elements than the checkpoint holds
-  --choice NAME=VALUE a storage variant (e.g. expert_storage=packed); by
-                      default detected from an HF source, as are config
-                      values its config leaves open (an MTP depth); or a
-                      serving option (vLLM's lora=off|on, the modules it
-                      builds with LoRA enabled; --adapters selects lora=on)
-  --adapters          convert LoRA adapters instead of weights: IN_DIR
-                      holds HF-PEFT's adapter_model.safetensors (for hf)
-                      or what mdl-convert --adapters wrote; OUT_DIR gets
-                      the same, one adapter_model.safetensors per rank for
-                      a backend. Fused modules (linear_qkv, linear_fc1) get
-                      their sources' adapters stacked along the rank, and
-                      the HF modules of a fused adapter share its lora_A,
-                      so every merged delta W is kept exactly
-  --adapter-names A,B the adapters' factor names in a backend's files
-                      (default lora_A,lora_B; Megatron-Bridge's:
-                      adapter.linear_in,adapter.linear_out)
-  --config FILE       the model's config.json (default:
-                      IN_DIR/config.json; required for a checkpoint
-                      without plan.json)
-  --format safetensors
-                      write a backend's ranks as model.safetensors in one
-                      directory per rank at the top of OUT_DIR, rather
-                      than in the backend's own format (--format native)
-  --iteration N       save as iteration N (iter_000000N) rather than as a
-                      release
-  --max-shard-size S  the largest file of an hf target or a split rank
-                      (vllm), as save_pretrained reads it: 5GB (the
-                      default, 10^9 bytes a GB), 500MB, 20KB, 2GiB, bytes
-  --dtype T           bf16, fp16 or fp32: floating weights are converted
-                      to T (rounded once, to nearest even), parameters the
-                      spec gives a dtype of their own keep it; the output
-                      config.json's torch_dtype says T
-  --dry-run           check the source as the conversion does, then print
-                      what each target rank would hold (directory, name,
-                      shape, dtype) and write nothing
-  --ranks-from-env    convert this process's share of the target's files,
-                      from torchrun's RANK and WORLD_SIZE or SLURM's
-                      SLURM_PROCID and SLURM_NTASKS (as --rank does, each
-                      process on its own). Under mpirun or srun, with MDL
-                      built with MPI, the files are shared out without it
-                      and the processes agree: any failure fails all, and
-                      the output is committed once all succeeded
-  --threads N         worker threads (default: the CPUs this process may
-                      use, after its affinity mask and cgroup CPU quota)
-  --progress=MODE     tty: one line redrawn with the rate and the time
-                      left; log: a line every few seconds; json: one JSON
-                      object per line (events progress, done, failed);
-                      none; auto (the default): tty on a terminal, log
-                      elsewhere. tty and log end with a summary (bytes,
-                      tensors, ranks, time, throughput, threads)
-  --progress-interval S
-                      seconds between log and json lines (default 5)
-  --quiet             no progress (--progress=none) and no warnings
-  --list              the compiled-in models and backends
-  --version           the version of MDL (", with MPI" when built with it)
-)";
 
 /// The processes of this conversion. When they talk to each other, an
 /// error is held until they agree, so that the first is printed once.
@@ -140,8 +51,7 @@ std::string heldError;
 std::optional<Processes::Outcome> agreedFailure;
 
 void printError(int code, const std::string &message) {
-  std::fprintf(stderr, "mdl-convert: error: %s\n%s", message.c_str(),
-               code == 2 ? "(run 'mdl-convert --help' for usage)\n" : "");
+  std::fputs(cli::errorText("mdl-convert", message, code == 2).c_str(), stderr);
 }
 
 int report(int code, const std::string &message) {
@@ -185,13 +95,8 @@ bool readFile(const std::string &path, std::string &out) {
 
 json::Value configJson(const ParallelConfig &c) {
   json::Value j = json::Value::object();
-  j.set("tp", json::Value::integer(c.tp));
-  j.set("pp", json::Value::integer(c.pp));
-  j.set("ep", json::Value::integer(c.ep));
-  j.set("etp", json::Value::integer(c.etp));
-  j.set("cp", json::Value::integer(c.cp));
-  j.set("dp", json::Value::integer(c.dp));
-  j.set("vpp", json::Value::integer(c.vpp));
+  for (auto [name, size] : kParallelSizes)
+    j.set(std::string(name), json::Value::integer(c.*size));
   j.set("sp", json::Value::boolean(c.sp));
   if (c.firstStageLayers)
     j.set("first_stage_layers", json::Value::integer(*c.firstStageLayers));
@@ -201,17 +106,9 @@ json::Value configJson(const ParallelConfig &c) {
 }
 
 bool parseConfigJson(const json::Value &j, ParallelConfig &c) {
-  auto get = [&](const char *k, int64_t &v) {
-    if (const json::Value *x = j.get(k); x && x->kind() == json::Value::Int)
-      v = x->asInt();
-  };
-  get("tp", c.tp);
-  get("pp", c.pp);
-  get("ep", c.ep);
-  get("etp", c.etp);
-  get("cp", c.cp);
-  get("dp", c.dp);
-  get("vpp", c.vpp);
+  for (auto [name, size] : kParallelSizes)
+    if (const json::Value *x = j.get(name); x && x->kind() == json::Value::Int)
+      c.*size = x->asInt();
   if (const json::Value *x = j.get("sp"); x && x->kind() == json::Value::Bool)
     c.sp = x->asBool();
   if (const json::Value *x = j.get("first_stage_layers"))
@@ -305,211 +202,159 @@ convertAdapters(const Binding &hf, const Binding &from,
 std::vector<Converter::TargetFile>
 shareOfFiles(const std::vector<Converter::TargetFile> &files);
 
-int convertMain(int argc, char **argv, Cleanup &cleanup) {
-  std::string model, fromName, toName;
-  std::vector<std::string> positional;
-  ParallelConfig target;
-  int64_t onlyRank = -1, threads = 0;
-  std::string progressName = "auto";
-  double progressInterval = 5;
-  bool quiet = false, list = false, parallelGiven = false, dryRun = false;
-  bool adapters = false, safetensorsOut = false;
-  int64_t iteration = -1;
-  std::string configGiven;
-  uint64_t maxShard = 5'000'000'000;
-  std::optional<DType> castTo;
-  std::optional<FactorNames> namesGiven;
-  LoadOptions load;
-  std::map<std::string, std::string> choicesGiven;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](std::string &out) {
-      size_t eq = a.find('=');
-      if (eq != std::string::npos) {
-        out = a.substr(eq + 1);
-        return true;
-      }
-      if (i + 1 >= argc)
-        return false;
-      out = argv[++i];
-      return true;
-    };
-    auto flag = a.substr(0, a.find('='));
-    std::string v;
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (a == "--version") {
-      // Whether it can spread a conversion over an MPI job.
-      std::printf("%s%s\n", cli::versionLine("mdl-convert").c_str(),
-                  Processes::haveMPI() ? ", with MPI" : "");
-      return 0;
-    }
-    if (a == "--list") {
-      list = true;
-    } else if (a == "--quiet") {
-      quiet = true;
-    } else if (a == "--ranks-from-env") {
-      // Read by main(), which starts the processes.
-    } else if (flag == "--progress") {
-      if (!value(v) || !parseProgressMode(v, false))
-        return usage("--progress takes tty, log, json, none or auto");
-      progressName = v;
-    } else if (flag == "--progress-interval") {
-      char *end = nullptr;
-      if (!value(v) || v.empty() ||
-          !((progressInterval = std::strtod(v.c_str(), &end)) >= 0) || *end)
-        return usage("--progress-interval takes a number of seconds");
-    } else if (a == "--dry-run") {
-      dryRun = true;
-    } else if (a == "--adapters") {
-      adapters = true;
-    } else if (flag == "--max-shard-size") {
-      std::optional<uint64_t> n;
-      if (!value(v) || !(n = parseByteSize(v)) || *n == 0)
-        return usage("--max-shard-size takes a size such as 5GB, 500MB, "
-                     "20KB or a number of bytes");
-      maxShard = *n;
-    } else if (flag == "--dtype") {
-      if (!value(v) || (v != "bf16" && v != "fp16" && v != "fp32"))
-        return usage("--dtype takes bf16, fp16 or fp32");
-      castTo = v == "bf16" ? DType::BF16 : v == "fp16" ? DType::F16 : DType::F32;
-    } else if (flag == "--adapter-names") {
-      size_t comma = value(v) ? v.find(',') : std::string::npos;
-      if (comma == std::string::npos || comma == 0 || comma + 1 == v.size() ||
-          v.substr(0, comma) == v.substr(comma + 1))
-        return usage("--adapter-names takes two names, A,B");
-      namesGiven = FactorNames{v.substr(0, comma), v.substr(comma + 1)};
-    } else if (flag == "--config") {
-      if (!value(v) || v.empty())
-        return usage("--config needs a file");
-      configGiven = v;
-    } else if (flag == "--format") {
-      if (!value(v) || (v != "safetensors" && v != "native"))
-        return usage("--format takes safetensors or native");
-      safetensorsOut = v == "safetensors";
-    } else if (flag == "--iteration") {
-      char *end = nullptr;
-      if (!value(v) || v.empty())
-        return usage("--iteration needs a number");
-      long long n = std::strtoll(v.c_str(), &end, 10);
-      if (n < 0 || *end || n > 9999999)
-        return usage("--iteration takes an iteration number (0 to 9999999)");
-      iteration = n;
-    } else if (a == "--sp") {
-      target.sp = true;
-      parallelGiven = true;
-    } else if (flag == "--model" || flag == "--from" || flag == "--to") {
-      if (!value(v) || v.empty())
-        return usage(flag + " needs a name");
-      // Model and backend names in either spelling and any case.
-      (flag == "--model" ? model : flag == "--from" ? fromName : toName) =
-          cli::normalizeBackendName(v);
-    } else if (flag == "--set" || flag == "--choice") {
-      if (!value(v) || v.find('=') == std::string::npos || v[0] == '=')
-        return usage(flag + " takes KEY=VALUE");
-      std::string key = v.substr(0, v.find('=')), val = v.substr(v.find('=') + 1);
-      if (flag == "--set")
-        load.overrides.push_back({key, val});
-      else
-        choicesGiven[key] = val;
-    } else if (flag == "--tp" || flag == "--pp" || flag == "--ep" ||
-               flag == "--etp" || flag == "--vpp" || flag == "--rank" ||
-               flag == "--threads" || flag == "--first-stage-layers" ||
-               flag == "--last-stage-layers") {
-      if (!value(v) || v.empty())
-        return usage(flag + " needs a number");
-      bool count = flag == "--rank" || flag.find("stage") != std::string::npos;
-      std::optional<int64_t> parsed = parseBoundedInt(
-          v, count ? 0 : 1, count ? kMaxCount : kMaxAxisSize);
-      if (!parsed)
-        return usage(flag + " takes an integer from " + (count ? "0" : "1") +
-                     " to " + std::to_string(count ? kMaxCount : kMaxAxisSize) +
-                     ", not '" + v + "'");
-      int64_t n = *parsed;
-      if (flag == "--rank")
-        onlyRank = n;
-      else if (flag == "--threads")
-        threads = n;
-      else {
-        parallelGiven = true;
-        (flag == "--tp"    ? target.tp
-         : flag == "--pp"  ? target.pp
-         : flag == "--ep"  ? target.ep
-         : flag == "--etp" ? target.etp
-                           : target.vpp) = n;
-        if (flag == "--first-stage-layers")
-          target.firstStageLayers = n;
-        if (flag == "--last-stage-layers")
-          target.lastStageLayers = n;
-      }
-    } else if (!a.empty() && a[0] == '-') {
-      return usage("unknown option '" + a + "'");
-    } else {
-      positional.push_back(a);
-    }
+/// --list: each model with the backends it converts between, what it serves
+/// and the backend's mesh axes ("-" for none).
+int listModels() {
+  for (const Generated *g : registry()) {
+    std::string serves, mesh;
+    for (const auto *values : {&g->model.modelTypes, &g->model.architectures})
+      for (const std::string &s : *values)
+        serves += (serves.empty() ? "" : ",") + s;
+    for (MeshAxis axis : g->backend.mesh)
+      mesh += (mesh.empty() ? "" : ",") + std::string(meshAxisName(axis));
+    std::printf("%s\t%s\t%s\t%s\t%s\n", g->model.name.c_str(),
+                g->backend.name.c_str(), g->model.spec.c_str(), serves.c_str(),
+                mesh.empty() ? "-" : mesh.c_str());
   }
-  if (list) {
-    // Each model with the backends it converts between, what it serves and
-    // the backend's mesh axes ("-" for none).
-    for (const Generated *g : registry()) {
-      std::string serves, mesh;
-      for (const auto *values : {&g->model.modelTypes, &g->model.architectures})
-        for (const std::string &s : *values)
-          serves += (serves.empty() ? "" : ",") + s;
-      for (MeshAxis axis : g->backend.mesh)
-        mesh += (mesh.empty() ? "" : ",") + std::string(meshAxisName(axis));
-      std::printf("%s\t%s\t%s\t%s\t%s\n", g->model.name.c_str(),
-                  g->backend.name.c_str(), g->model.spec.c_str(),
-                  serves.c_str(), mesh.empty() ? "-" : mesh.c_str());
-    }
-    return 0;
-  }
-  if (std::optional<std::string> why = target.checkBounds())
+  return 0;
+}
+
+/// One conversion, in the steps convertMain() runs in order. Each step
+/// returns the exit code when the conversion ends there (having said why),
+/// nullopt to go on; what it finds is kept for the steps after it.
+class Conversion {
+public:
+  Conversion(Options &o, Cleanup &cleanup) : o(o), cleanup(cleanup) {}
+
+  /// What the options alone get wrong; IN_DIR and OUT_DIR checked.
+  std::optional<int> checkCommandLine();
+  /// The model (named, or the one serving the config) and the source's and
+  /// target's backends; the defaults that bite said.
+  std::optional<int> findLayouts();
+  /// What a backend source says of itself in its plan.json.
+  std::optional<int> readSourcePlan();
+  /// The model as the checkpoint holds it (an HF source's variants and
+  /// open config entries detected) and as asked (overrides, --dtype), and
+  /// both sides bound.
+  std::optional<int> bind();
+  /// The source's rank files and configuration and the target's
+  /// configuration, both valid.
+  std::optional<int> settleConfigurations();
+  /// The target ranks written and, with --adapters, their adapters.
+  std::optional<int> planRanks();
+  /// The converter, the files this process writes and the source files
+  /// they are read from.
+  std::optional<int> openSources();
+  /// Refuses an output that holds a conversion; --dry-run prints what each
+  /// target rank would hold and ends here.
+  std::optional<int> checkOutput();
+  /// Once every process got this far: the output directories created and
+  /// the ranks' files (or adapters) written.
+  std::optional<int> writeRanks();
+  /// Once every process wrote its files, the first writes the shared ones:
+  /// the source's files that are not weights, config.json, plan.json, a
+  /// tracker and an index.
+  std::optional<int> commit();
+
+private:
+  /// A source rank's files, opened once.
+  std::shared_ptr<Checkpoint> openRank(const std::string &path,
+                                       std::string &error);
+  /// What plan.json says of the conversion.
+  json::Value planJson() const;
+
+  Options &o;
+  Cleanup &cleanup;
+  std::string inDir, outDir, configPath;
+  /// Whether the processes share the target's files out.
+  bool shared = false;
+
+  /// The generated units of the model: any of them knows the HF layout.
+  const Generated *any = nullptr;
+  const BackendDecl *fromDecl = nullptr, *toDecl = nullptr;
+
+  /// The source: its configuration, storage variants and adapter names,
+  /// and the config entries the config leaves open, as the checkpoint
+  /// settles them. A backend checkpoint without plan.json (one a training
+  /// run saved) is not `described`: its configuration is found from its
+  /// rank files.
+  ParallelConfig source;
+  std::map<std::string, std::string> sourceChoices;
+  FactorNames sourceNames;
+  std::vector<std::pair<std::string, std::string>> settled;
+  bool described = true;
+  /// An HF source's files, and what was detected from them.
+  std::shared_ptr<Checkpoint> hfInput;
+  std::string detected;
+  /// A backend source's rank files.
+  std::optional<SourceLayout> sourceFiles;
+  std::map<std::string, std::shared_ptr<Checkpoint>> opened;
+
+  /// The model as asked, bound to both sides; `heldFrom` binds the model
+  /// as the checkpoint holds it when overrides dropped some of it.
+  std::shared_ptr<Model> instance;
+  std::map<std::string, std::string> targetChoices;
+  std::unique_ptr<Binding> from, to, heldFrom;
+
+  /// The target ranks written, and the adapters of `adapterRanks`.
+  std::vector<int64_t> todo, adapterRanks;
+  std::vector<Adapters> adapterOutputs;
+  /// Backends that load HF-PEFT adapters (vLLM) keep them as they are.
+  bool adaptersToHf = false;
+
+  std::unique_ptr<Converter> converter;
+  OutputLayout layout;
+  OutputFiles output;
+  std::unique_ptr<ProgressReporter> reporter;
+  ConvertProgress last;
+};
+
+std::optional<int> Conversion::checkCommandLine() {
+  if (std::optional<std::string> why = o.target.checkBounds())
     return usage(*why);
-  bool shared = processes->count() > 1;
-  if (shared && onlyRank >= 0)
+  shared = processes->count() > 1;
+  if (shared && o.onlyRank >= 0)
     return usage("--rank converts one rank; a conversion spread over "
                  "processes shares out every rank");
   // One process speaks for all.
   if (processes->index() != 0)
-    quiet = true;
-  if (fromName.empty() || toName.empty())
+    o.quiet = true;
+  if (o.fromName.empty() || o.toName.empty())
     return usage("--from and --to are required");
-  if (positional.size() != 2)
+  if (o.positional.size() != 2)
     return usage("give IN_DIR and OUT_DIR");
-  if (fromName == toName)
+  if (o.fromName == o.toName)
     return usage("--from and --to name the same layout");
-  const std::string &inDir = positional[0], &outDir = positional[1];
+  inDir = o.positional[0];
+  outDir = o.positional[1];
   if (!isDir(inDir))
     return fail("'" + inDir + "' is not a directory");
   // The input is never written: OUT_DIR may not be, hold or lie in it.
   std::vector<std::string> inputs = {inDir};
-  if (!configGiven.empty())
-    inputs.push_back(configGiven);
+  if (!o.configGiven.empty())
+    inputs.push_back(o.configGiven);
   if (std::optional<std::string> why = outputOverlapsInput(outDir, inputs))
     return fail(*why);
-  std::string configPath =
-      configGiven.empty() ? inDir + "/config.json" : configGiven;
-  if (model.empty()) {
+  configPath = o.configGiven.empty() ? inDir + "/config.json" : o.configGiven;
+  return std::nullopt;
+}
+
+std::optional<int> Conversion::findLayouts() {
+  if (o.model.empty()) {
     // The spec that serves the checkpoint's config.
     std::string error;
     std::optional<HFConfig> config = HFConfig::load(configPath, error);
     const ModelDecl *serving = config ? servingModel(*config, error) : nullptr;
     if (!serving)
       return fail(error);
-    model = serving->name;
-    if (!quiet)
+    o.model = serving->name;
+    if (!o.quiet)
       std::fprintf(stderr, "mdl-convert: %s is served by %s\n",
-                   configPath.c_str(), model.c_str());
+                   configPath.c_str(), o.model.c_str());
   }
-
-  // The generated units of the model: any of them knows the HF layout.
-  const Generated *any = nullptr;
   std::vector<std::string> knownModels, knownBackends = {"hf"};
   for (const Generated *g : registry()) {
-    if (g->model.name == model) {
+    if (g->model.name == o.model) {
       any = g;
       knownBackends.push_back(g->backend.name);
     }
@@ -518,98 +363,100 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
       knownModels.push_back(g->model.name);
   }
   if (!any)
-    return fail("no model named '" + model + "' is compiled in" +
-                cli::didYouMean(model, knownModels));
+    return fail("no model named '" + o.model + "' is compiled in" +
+                cli::didYouMean(o.model, knownModels));
   auto backendDecl = [&](const std::string &name) -> const BackendDecl * {
     if (name == "hf")
       return &any->hf;
-    const Generated *g = findGenerated(model, name);
+    const Generated *g = findGenerated(o.model, name);
     return g ? &g->backend : nullptr;
   };
-  const BackendDecl *fromDecl = backendDecl(fromName),
-                    *toDecl = backendDecl(toName);
+  fromDecl = backendDecl(o.fromName);
+  toDecl = backendDecl(o.toName);
   if (!fromDecl || !toDecl) {
-    const std::string &unknown = fromDecl ? toName : fromName;
-    return fail("model '" + model + "' has no backend '" + unknown + "'" +
+    const std::string &unknown = fromDecl ? o.toName : o.fromName;
+    return fail("model '" + o.model + "' has no backend '" + unknown + "'" +
                 cli::didYouMean(unknown, knownBackends));
   }
   // Defaults that bite are said: an HF target is never sharded, and a
   // backend target without a parallel configuration gets tp=1.
-  if (!quiet && toName == "hf" && parallelGiven)
+  bool parallelGiven = !o.parallelGiven.empty();
+  if (!o.quiet && o.toName == "hf" && parallelGiven)
     std::fprintf(stderr,
                  "mdl-convert: warning: an HF checkpoint is not sharded: "
                  "--tp, --pp, --ep, --etp and --vpp are ignored with --to hf\n");
-  else if (!quiet && fromName == "hf" && !parallelGiven && onlyRank < 0 &&
-           !adapters &&
+  else if (!o.quiet && o.fromName == "hf" && !parallelGiven && o.onlyRank < 0 &&
+           !o.adapters &&
            std::find(toDecl->mesh.begin(), toDecl->mesh.end(), MeshAxis::TP) !=
                toDecl->mesh.end())
     std::fprintf(stderr,
                  "mdl-convert: warning: no --tp given: %s splits tensors over "
                  "tp; converting to tp=1\n",
-                 toName.c_str());
+                 o.toName.c_str());
+  return std::nullopt;
+}
 
-  // The source: an HF checkpoint, or what mdl-convert wrote.
-  ParallelConfig source;
-  std::map<std::string, std::string> sourceChoices = choicesGiven;
-  FactorNames sourceNames;
-  // Config entries the config leaves open, as the checkpoint settles them.
-  std::vector<std::pair<std::string, std::string>> settled;
+std::optional<int> Conversion::readSourcePlan() {
+  sourceChoices = o.choicesGiven;
   std::string planText, planError;
-  // A backend checkpoint without plan.json (one a training run saved) has
-  // its configuration found from its rank files.
-  bool described = fromName == "hf" ||
-                   rt::readFile(inDir + "/plan.json", planText, planError);
+  described = o.fromName == "hf" ||
+              rt::readFile(inDir + "/plan.json", planText, planError);
   if (!described && exists(inDir + "/plan.json"))
     return fail(planError);
-  if (!described && configGiven.empty())
-    return fail("'" + inDir + "' has no plan.json: to read a " + fromName +
+  if (!described && o.configGiven.empty())
+    return fail("'" + inDir + "' has no plan.json: to read a " + o.fromName +
                 " checkpoint a training run saved, give the model's HF "
                 "config.json with --config");
-  if (!described && adapters)
+  if (!described && o.adapters)
     return fail("'" + inDir + "' has no plan.json: adapters are read from "
                 "what mdl-convert --adapters wrote");
-  if (fromName != "hf" && described) {
-    const std::string &text = planText;
-    json::ParseError perr;
-    std::optional<json::Value> plan = json::parse(text, perr);
-    if (!plan || plan->kind() != json::Value::Object)
-      return fail(inDir + "/plan.json: invalid JSON");
-    const json::Value *m = plan->get("model"), *b = plan->get("backend"),
-                      *c = plan->get("configuration");
-    if (!m || !b || !c || m->kind() != json::Value::String ||
-        b->kind() != json::Value::String || !parseConfigJson(*c, source))
-      return fail(inDir + "/plan.json lacks model, backend or configuration");
-    if (m->asString() != model || b->asString() != fromName)
-      return fail(inDir + " holds " + m->asString() + " on " + b->asString() +
-                  ", not " + model + " on " + fromName);
-    const json::Value *holdsAdapters = plan->get("adapters");
-    if (adapters != (holdsAdapters && holdsAdapters->kind() == json::Value::Bool &&
-                     holdsAdapters->asBool()))
-      return fail(inDir + " holds " +
-                  (adapters ? "weights, not LoRA adapters"
+  if (o.fromName == "hf" || !described)
+    return std::nullopt;
+  json::ParseError perr;
+  std::optional<json::Value> plan = json::parse(planText, perr);
+  if (!plan || plan->kind() != json::Value::Object)
+    return fail(inDir + "/plan.json: invalid JSON");
+  const json::Value *m = plan->get("model"), *b = plan->get("backend"),
+                    *c = plan->get("configuration");
+  if (!m || !b || !c || m->kind() != json::Value::String ||
+      b->kind() != json::Value::String || !parseConfigJson(*c, source))
+    return fail(inDir + "/plan.json lacks model, backend or configuration");
+  if (m->asString() != o.model || b->asString() != o.fromName)
+    return fail(inDir + " holds " + m->asString() + " on " + b->asString() +
+                ", not " + o.model + " on " + o.fromName);
+  const json::Value *holdsAdapters = plan->get("adapters");
+  if (o.adapters !=
+      (holdsAdapters && holdsAdapters->kind() == json::Value::Bool &&
+       holdsAdapters->asBool()))
+    return fail(inDir + " holds " +
+                (o.adapters ? "weights, not LoRA adapters"
                             : "LoRA adapters (convert them with --adapters)"));
-    if (const json::Value *ch = plan->get("choices"))
-      for (const auto &[k, v] : ch->members())
-        if (!sourceChoices.count(k) && v.kind() == json::Value::String)
-          sourceChoices[k] = v.asString();
-    // What the HF checkpoint it came from settled is part of its config.
-    if (const json::Value *d = plan->get("detected"))
-      for (const auto &[k, v] : d->members())
-        settled.push_back({k, json::write(v)});
-    // The overrides the source was written with stay in force.
-    if (const json::Value *ov = plan->get("overrides"))
-      for (const auto &[k, v] : ov->members())
-        if (v.kind() == json::Value::String &&
-            std::none_of(load.overrides.begin(), load.overrides.end(),
-                         [&](const auto &o) { return o.first == k; }))
-          load.overrides.insert(load.overrides.begin(), {k, v.asString()});
-    if (const json::Value *n = plan->get("adapter_names");
-        n && n->kind() == json::Value::Array && n->elements().size() == 2 &&
-        n->elements()[0].kind() == json::Value::String &&
-        n->elements()[1].kind() == json::Value::String)
-      sourceNames = {n->elements()[0].asString(), n->elements()[1].asString()};
-  }
+  if (const json::Value *ch = plan->get("choices"))
+    for (const auto &[k, v] : ch->members())
+      if (!sourceChoices.count(k) && v.kind() == json::Value::String)
+        sourceChoices[k] = v.asString();
+  // What the HF checkpoint it came from settled is part of its config.
+  if (const json::Value *d = plan->get("detected"))
+    for (const auto &[k, v] : d->members())
+      settled.push_back({k, json::write(v)});
+  // The overrides the source was written with stay in force.
+  std::vector<std::pair<std::string, std::string>> &overrides =
+      o.load.overrides;
+  if (const json::Value *ov = plan->get("overrides"))
+    for (const auto &[k, v] : ov->members())
+      if (v.kind() == json::Value::String &&
+          std::none_of(overrides.begin(), overrides.end(),
+                       [&](const auto &given) { return given.first == k; }))
+        overrides.insert(overrides.begin(), {k, v.asString()});
+  if (const json::Value *n = plan->get("adapter_names");
+      n && n->kind() == json::Value::Array && n->elements().size() == 2 &&
+      n->elements()[0].kind() == json::Value::String &&
+      n->elements()[1].kind() == json::Value::String)
+    sourceNames = {n->elements()[0].asString(), n->elements()[1].asString()};
+  return std::nullopt;
+}
 
+std::optional<int> Conversion::bind() {
   // Instantiate once; both sides bind the same instance, but for a cast
   // target.
   std::string error;
@@ -630,18 +477,18 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
     // Sizes that make the layout unlistable (tensor families too large).
     std::string ignored; // binding errors are reported with the choices
     if (std::unique_ptr<Binding> unsharded =
-            Binding::bind(held, *fromDecl, choicesGiven, ignored))
+            Binding::bind(held, *fromDecl, o.choicesGiven, ignored))
       for (const std::string &why : unsharded->validate(ParallelConfig()))
         return fail(why);
   }
-  std::shared_ptr<Checkpoint> hfInput;
-  std::string detected;
-  if (fromName == "hf" && !adapters) {
+  const std::vector<std::pair<std::string, std::string>> &overrides =
+      o.load.overrides;
+  if (o.fromName == "hf" && !o.adapters) {
     hfInput = Checkpoint::open(inDir, error);
     if (!hfInput)
       return fail(error);
     std::optional<Detection> d = detectCheckpoint(
-        any->model, *fromDecl, *plain, load.overrides, choicesGiven,
+        any->model, *fromDecl, *plain, overrides, o.choicesGiven,
         [&](const std::string &name) { return hfInput->find(name) != nullptr; },
         error);
     if (!d)
@@ -656,10 +503,10 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
   HFConfig config = *plain;
   for (const auto &[k, v] : settled)
     config.addOverride(k, v);
-  for (const auto &[k, v] : load.overrides)
+  for (const auto &[k, v] : overrides)
     config.addOverride(k, v);
-  std::shared_ptr<Model> instance = held;
-  if (!load.overrides.empty()) {
+  instance = held;
+  if (!overrides.empty()) {
     instance = Model::create(any->model, config, error);
     if (!instance)
       return fail(error);
@@ -669,8 +516,8 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
   // The target's weights in another dtype: an instance whose config says
   // it (the output's config.json says it too).
   std::shared_ptr<Model> targetInstance = instance;
-  if (castTo) {
-    std::string name(torchName(*castTo));
+  if (o.castTo) {
+    std::string name(torchName(*o.castTo));
     HFConfig cast = config;
     for (const char *key : {"torch_dtype", "dtype"})
       cast.addOverride(key, name);
@@ -678,113 +525,116 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
       return fail(error);
   }
   // Adapters are for the modules a backend builds with LoRA enabled.
-  if (adapters)
+  if (o.adapters)
     selectLoraModules(fromDecl->choices, sourceChoices);
-  std::unique_ptr<Binding> from =
-      Binding::bind(instance, *fromDecl, sourceChoices, error);
+  from = Binding::bind(instance, *fromDecl, sourceChoices, error);
   // The storage variants travel with the checkpoint: a backend written
   // from packed HF experts converts back to packed ones.
-  std::map<std::string, std::string> targetChoices = sourceChoices;
-  for (const auto &[k, v] : choicesGiven)
+  targetChoices = sourceChoices;
+  for (const auto &[k, v] : o.choicesGiven)
     targetChoices[k] = v;
-  if (adapters)
+  if (o.adapters)
     selectLoraModules(toDecl->choices, targetChoices);
-  std::unique_ptr<Binding> to =
-      from ? Binding::bind(targetInstance, *toDecl, targetChoices, error)
-           : nullptr;
-  std::unique_ptr<Binding> heldFrom =
-      to && held != instance
-          ? Binding::bind(held, *fromDecl, sourceChoices, error)
-          : nullptr;
+  to = from ? Binding::bind(targetInstance, *toDecl, targetChoices, error)
+            : nullptr;
+  heldFrom = to && held != instance
+                 ? Binding::bind(held, *fromDecl, sourceChoices, error)
+                 : nullptr;
   if (!from || !to || (held != instance && !heldFrom))
     return fail(error);
-  // A backend source's rank files, opened once.
-  std::optional<SourceLayout> sourceFiles;
-  std::map<std::string, std::shared_ptr<Checkpoint>> opened;
-  auto openRank = [&](const std::string &path, std::string &err) {
-    std::shared_ptr<Checkpoint> &c = opened[path];
-    if (!c)
-      c = Checkpoint::open(path, err);
-    return c;
-  };
+  return std::nullopt;
+}
+
+std::shared_ptr<Checkpoint> Conversion::openRank(const std::string &path,
+                                                 std::string &error) {
+  std::shared_ptr<Checkpoint> &c = opened[path];
+  if (!c)
+    c = Checkpoint::open(path, error);
+  return c;
+}
+
+std::optional<int> Conversion::settleConfigurations() {
   // Rank directories (Megatron's, maybe under a tracker); a backend whose
   // ranks are files at the top (vLLM's sharded_state) is read by rank.
-  if (fromName != "hf" && !adapters && !from->rankDir(source, 0).empty()) {
+  std::string error;
+  if (o.fromName != "hf" && !o.adapters && !from->rankDir(source, 0).empty()) {
     sourceFiles = findRankFiles(*from, inDir, error);
     if (!sourceFiles)
       return fail(error);
     if (!described) {
-      std::optional<ParallelConfig> found =
-          inferConfig(*from, *sourceFiles, openRank, error);
+      std::optional<ParallelConfig> found = inferConfig(
+          *from, *sourceFiles,
+          [&](const std::string &path, std::string &err) {
+            return openRank(path, err);
+          },
+          error);
       if (!found)
         return fail(error);
       source = *found;
     }
   }
-  if (toName == "hf")
+  ParallelConfig &target = o.target;
+  if (o.toName == "hf")
     target = ParallelConfig();
-  else if (!parallelGiven && fromName != "hf")
+  else if (o.parallelGiven.empty() && o.fromName != "hf")
     target = source;
-  for (auto [b, c, name] : {std::tuple{from.get(), source, fromName},
-                            std::tuple{to.get(), target, toName}}) {
+  for (auto [b, c, name] : {std::tuple{from.get(), source, o.fromName},
+                            std::tuple{to.get(), target, o.toName}}) {
     std::vector<std::string> why = b->validate(c);
     if (!why.empty()) {
       std::string all;
       for (const std::string &w : why)
         all += "\n  " + w;
-      return fail(c.str() + " is not a valid configuration of " + model +
+      return fail(c.str() + " is not a valid configuration of " + o.model +
                   " on " + name + ":" + all);
     }
   }
   int64_t ranks = Binding::numRanks(target);
-  if (onlyRank >= ranks)
-    return fail("rank " + std::to_string(onlyRank) + " does not exist: " +
+  if (o.onlyRank >= ranks)
+    return fail("rank " + std::to_string(o.onlyRank) + " does not exist: " +
                 target.str() + " has " + std::to_string(ranks) + " ranks");
+  return std::nullopt;
+}
 
+std::optional<int> Conversion::planRanks() {
   // A backend's own format holds the files of the ranks that save.
-  auto written = [&](int64_t r) {
-    if (onlyRank >= 0)
-      return r == onlyRank;
-    return adapters || toName == "hf" || safetensorsOut ||
-           to->rankSaved(target, r);
-  };
-  std::vector<int64_t> todo;
-  for (int64_t r = 0; r < ranks; ++r)
-    if (written(r))
+  for (int64_t r = 0; r < Binding::numRanks(o.target); ++r)
+    if (o.onlyRank >= 0 ? r == o.onlyRank
+                        : o.adapters || o.toName == "hf" || o.safetensorsOut ||
+                              to->rankSaved(o.target, r))
       todo.push_back(r);
+  adaptersToHf = to->adapterBackend() == "hf";
+  if (!o.adapters)
+    return std::nullopt;
   // Adapters are small: all of them are converted before anything is
   // written, by the first process when there are several.
-  std::unique_ptr<Binding> hfBinding;
-  std::vector<Adapters> adapterOutputs;
-  // Backends that load HF-PEFT adapters (vLLM) keep them as they are.
-  bool adaptersFromHf = from->adapterBackend() == "hf",
-       adaptersToHf = to->adapterBackend() == "hf";
-  std::vector<int64_t> adapterRanks;
   if (processes->index() == 0)
     adapterRanks = adaptersToHf ? std::vector<int64_t>{0} : todo;
-  FactorNames targetNames = namesGiven ? *namesGiven : FactorNames();
-  if (adapters) {
-    const Binding *hf = fromName == "hf" ? from.get()
-                        : toName == "hf" ? to.get()
+  std::string error;
+  std::unique_ptr<Binding> hfBinding;
+  const Binding *hf = o.fromName == "hf" ? from.get()
+                      : o.toName == "hf" ? to.get()
                                          : nullptr;
-    if (!hf) {
-      hfBinding = Binding::bind(instance, any->hf, sourceChoices, error);
-      if (!hfBinding)
-        return fail(error);
-      hf = hfBinding.get();
-    }
-    std::optional<std::vector<Adapters>> converted =
-        convertAdapters(*hf, *from, source, adaptersFromHf, sourceNames, *to,
-                        target, adaptersToHf, inDir, adapterRanks, error);
-    if (!converted)
+  if (!hf) {
+    hfBinding = Binding::bind(instance, any->hf, sourceChoices, error);
+    if (!hfBinding)
       return fail(error);
-    adapterOutputs = std::move(*converted);
+    hf = hfBinding.get();
   }
+  std::optional<std::vector<Adapters>> converted = convertAdapters(
+      *hf, *from, source, from->adapterBackend() == "hf", sourceNames, *to,
+      o.target, adaptersToHf, inDir, adapterRanks, error);
+  if (!converted)
+    return fail(error);
+  adapterOutputs = std::move(*converted);
+  return std::nullopt;
+}
 
-  Converter converter(*from, source, *to, target);
-  if (threads)
-    converter.setThreads(unsigned(threads));
-  std::set<int64_t> needed;
+std::optional<int> Conversion::openSources() {
+  converter = std::make_unique<Converter>(*from, source, *to, o.target);
+  if (o.threads)
+    converter->setThreads(unsigned(o.threads));
+  std::string error;
   // Every rank that saves must be there; others may be (safetensors).
   if (sourceFiles) {
     std::set<int64_t> present;
@@ -797,18 +647,19 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
                     dir + " (rank " + std::to_string(r) + " of " +
                     source.str() + ")");
     }
-    converter.restrictSources(present);
+    converter->restrictSources(present);
   }
-  OutputLayout layout = outputLayout(
-      *to, outDir, safetensorsOut || adapters || toName == "hf", iteration);
-  OutputFiles output =
-      planOutputFiles(*to, target, todo, layout.rankRoot, toName == "hf",
-                      maxShard, layout.rankFile);
-  if (shared && !adapters)
+  bool toHf = o.toName == "hf";
+  layout = outputLayout(*to, outDir, o.safetensorsOut || o.adapters || toHf,
+                        o.iteration);
+  output = planOutputFiles(*to, o.target, todo, layout.rankRoot, toHf,
+                           o.maxShard, layout.rankFile);
+  if (shared && !o.adapters)
     output.files = shareOfFiles(output.files);
-  if (!adapters)
+  std::set<int64_t> needed;
+  if (!o.adapters)
     for (const Converter::TargetFile &f : output.files)
-      for (int64_t s : converter.sourcesOf(f.rank))
+      for (int64_t s : converter->sourcesOf(f.rank))
         needed.insert(s);
   for (int64_t s : needed) {
     std::shared_ptr<Checkpoint> ckpt = hfInput;
@@ -827,57 +678,64 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
       if (!ckpt)
         return fail(error);
     }
-    if (!converter.addSource(
-            s, ckpt, error,
-            heldFrom ? droppedTensors(*heldFrom, *from, source, s)
-                     : std::set<std::string>()))
+    if (!converter->addSource(s, ckpt, error,
+                              heldFrom
+                                  ? droppedTensors(*heldFrom, *from, source, s)
+                                  : std::set<std::string>()))
       return fail(error);
   }
+  return std::nullopt;
+}
 
+std::optional<int> Conversion::checkOutput() {
   // Outputs: new files only, removed again on any failure.
-  bool likeRank = onlyRank >= 0 || (shared && !processes->communicate());
+  bool likeRank = o.onlyRank >= 0 || (shared && !processes->communicate());
   if (!likeRank && isDir(outDir) && exists(outDir + "/plan.json"))
     return fail("'" + outDir + "' already holds a conversion");
-  if (!quiet && isatty(2) && !detected.empty())
+  if (!o.quiet && isatty(2) && !detected.empty())
     std::fprintf(stderr, "detected from the checkpoint: %s\n",
                  detected.c_str());
+  if (!o.dryRun)
+    return std::nullopt;
   // A dry run checks what the run does, then prints instead of writing.
-  if (dryRun) {
-    for (int64_t r : processes->index() == 0 ? todo : std::vector<int64_t>()) {
-      // A rank at the top of the checkpoint is named by its files.
-      std::string dir = toName == "hf" ? "." : to->rankDir(target, r);
-      if (dir.empty())
-        dir = to->rankFile(target, r);
-      for (const RankTensor &t : to->rankTensors(target, r))
-        std::printf("%s\t%s\t%s\t%s\n", dir.c_str(), t.name.c_str(),
-                    shapeText(t.shape).c_str(),
-                    std::string(safetensorsName(t.dtype)).c_str());
-    }
-    return 0;
+  for (int64_t r : processes->index() == 0 ? todo : std::vector<int64_t>()) {
+    // A rank at the top of the checkpoint is named by its files.
+    std::string dir = o.toName == "hf" ? "." : to->rankDir(o.target, r);
+    if (dir.empty())
+      dir = to->rankFile(o.target, r);
+    for (const RankTensor &t : to->rankTensors(o.target, r))
+      std::printf("%s\t%s\t%s\t%s\n", dir.c_str(), t.name.c_str(),
+                  shapeText(t.shape).c_str(),
+                  std::string(safetensorsName(t.dtype)).c_str());
   }
+  return 0;
+}
+
+std::optional<int> Conversion::writeRanks() {
   // Nothing is created unless every process got this far.
   if (!othersSucceeded())
     return 1;
+  std::string error;
   if (!makeDir(outDir, cleanup, error) ||
       !makeDir(layout.rankRoot, cleanup, error))
     return fail(error);
-  ProgressReporter reporter(
-      quiet ? ProgressMode::None : *parseProgressMode(progressName, isatty(2)),
-      stderr, progressInterval);
-  ConvertProgress last;
+  reporter = std::make_unique<ProgressReporter>(
+      o.quiet ? ProgressMode::None
+              : *parseProgressMode(o.progressName, isatty(2)),
+      stderr, o.progressInterval);
   std::vector<std::string> files;
-  if (adapters) {
+  if (o.adapters) {
     output.dirs = {outDir};
     for (int64_t r : adapterRanks) {
       std::string dir =
-          adaptersToHf ? outDir : outDir + "/" + to->rankDir(target, r);
+          adaptersToHf ? outDir : outDir + "/" + to->rankDir(o.target, r);
       output.dirs.push_back(dir);
       files.push_back(dir + "/adapter_model.safetensors");
     }
   }
   // The directories of the files this process writes.
   auto holdsOwnFile = [&](const std::string &dir) {
-    return !shared || adapters ||
+    return !shared || o.adapters ||
            std::any_of(output.files.begin(), output.files.end(),
                        [&](const Converter::TargetFile &f) {
                          return f.path.compare(0, dir.size() + 1, dir + "/") ==
@@ -887,90 +745,78 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
   for (const std::string &dir : output.dirs)
     if (holdsOwnFile(dir) && !makeDir(dir, cleanup, error))
       return fail(error);
-  auto progress = [&](const ConvertProgress &p) {
-    last = p;
-    reporter.update(p);
-  };
   // The ranks are written in parallel; a file is removed again on failure
   // once it is complete (the converter removes incomplete ones).
-  if (adapters) {
-    // HF-PEFT names its adapters after the wrapped model.
-    for (size_t i = 0; i < files.size(); ++i) {
-      if (!writeAdapters(adapterOutputs[i],
-                         adaptersToHf ? "base_model.model." : "", files[i],
-                         error, adaptersToHf ? FactorNames() : targetNames))
-        return fail(error);
-      cleanup.files.push_back(files[i]);
-    }
-    // The PEFT configuration, with every module's scale alpha / r kept.
-    std::string peft;
-    if (processes->index() == 0 &&
-        readFile(inDir + "/adapter_config.json", peft)) {
-      json::ParseError perr;
-      std::optional<json::Value> sourceConfig = json::parse(peft, perr);
-      if (!sourceConfig)
-        return fail(inDir + "/adapter_config.json: invalid JSON");
-      // The modules of every rank written (pipeline stages differ).
-      Adapters modules;
-      for (const Adapters &rank : adapterOutputs)
-        modules.insert(rank.begin(), rank.end());
-      std::optional<json::Value> config =
-          adapterConfig(*sourceConfig, modules, error);
-      if (!config)
-        return fail(error);
-      bool existed = exists(outDir + "/adapter_config.json");
-      if (!writeFileAtomically(outDir + "/adapter_config.json",
-                               json::write(*config, 2) + "\n", error))
-        return fail(error);
-      if (!existed)
-        cleanup.files.push_back(outDir + "/adapter_config.json");
-    }
-  } else {
-    bool done = converter.writeFiles(
-        output.files, error, progress,
+  if (!o.adapters) {
+    bool done = converter->writeFiles(
+        output.files, error,
+        [&](const ConvertProgress &p) {
+          last = p;
+          reporter->update(p);
+        },
         [&](size_t i) { cleanup.files.push_back(output.files[i].path); },
         [&](size_t i) {
-          return makeRankWriter(output.files[i].path, layout, target);
+          return makeRankWriter(output.files[i].path, layout, o.target);
         });
     if (!done) {
-      reporter.finish(last, error);
+      reporter->finish(last, error);
       return fail(error);
     }
+    return std::nullopt;
   }
-  // The files every process shares are written once all wrote theirs, by
-  // the first.
-  if (!othersSucceeded())
-    return 1;
-  if (processes->communicate() && processes->index() != 0)
-    return 0;
-  // What is not a weight travels with the weights.
-  if (!carryFiles(inDir, outDir,
-                  {"config.json", "plan.json", "adapter_config.json"},
-                  cleanup.files, error))
+  // HF-PEFT names its adapters after the wrapped model.
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!writeAdapters(adapterOutputs[i],
+                       adaptersToHf ? "base_model.model." : "", files[i], error,
+                       adaptersToHf || !o.namesGiven ? FactorNames()
+                                                     : *o.namesGiven))
+      return fail(error);
+    cleanup.files.push_back(files[i]);
+  }
+  // The PEFT configuration, with every module's scale alpha / r kept.
+  std::string peft;
+  if (processes->index() != 0 ||
+      !readFile(inDir + "/adapter_config.json", peft))
+    return std::nullopt;
+  json::ParseError perr;
+  std::optional<json::Value> sourceConfig = json::parse(peft, perr);
+  if (!sourceConfig)
+    return fail(inDir + "/adapter_config.json: invalid JSON");
+  // The modules of every rank written (pipeline stages differ).
+  Adapters modules;
+  for (const Adapters &rank : adapterOutputs)
+    modules.insert(rank.begin(), rank.end());
+  std::optional<json::Value> config =
+      adapterConfig(*sourceConfig, modules, error);
+  if (!config)
     return fail(error);
+  bool existed = exists(outDir + "/adapter_config.json");
+  if (!writeFileAtomically(outDir + "/adapter_config.json",
+                           json::write(*config, 2) + "\n", error))
+    return fail(error);
+  if (!existed)
+    cleanup.files.push_back(outDir + "/adapter_config.json");
+  return std::nullopt;
+}
 
-  // config.json and plan.json describe what was written.
-  std::string configText;
-  readFile(configPath, configText);
-  configText =
-      outputConfigText(configText, load.overrides, castTo, to->layout());
+json::Value Conversion::planJson() const {
   json::Value plan = json::Value::object();
-  plan.set("model", json::Value::string(model));
-  plan.set("backend", json::Value::string(toName));
-  plan.set("configuration", configJson(target));
+  plan.set("model", json::Value::string(o.model));
+  plan.set("backend", json::Value::string(o.toName));
+  plan.set("configuration", configJson(o.target));
   plan.set("source", json::Value::string(inDir));
-  plan.set("from", json::Value::string(fromName));
-  if (adapters)
+  plan.set("from", json::Value::string(o.fromName));
+  if (o.adapters)
     plan.set("adapters", json::Value::boolean(true));
-  if (adapters && !adaptersToHf && namesGiven)
+  if (o.adapters && !adaptersToHf && o.namesGiven)
     plan.set("adapter_names",
-             json::Value::strings({namesGiven->a, namesGiven->b}));
+             json::Value::strings({o.namesGiven->a, o.namesGiven->b}));
   json::Value choices = json::Value::object();
   for (const auto &[k, v] : targetChoices)
     choices.set(k, json::Value::string(v));
   plan.set("choices", std::move(choices));
   json::Value overrides = json::Value::object();
-  for (const auto &[k, v] : load.overrides)
+  for (const auto &[k, v] : o.load.overrides)
     overrides.set(k, json::Value::string(v));
   plan.set("overrides", std::move(overrides));
   json::Value detectedValues = json::Value::object();
@@ -988,12 +834,31 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
     derived.push(std::move(j));
   }
   plan.set("derived", std::move(derived));
+  return plan;
+}
+
+std::optional<int> Conversion::commit() {
+  if (!othersSucceeded())
+    return 1;
+  if (processes->communicate() && processes->index() != 0)
+    return std::nullopt;
+  // What is not a weight travels with the weights.
+  std::string error;
+  if (!carryFiles(inDir, outDir,
+                  {"config.json", "plan.json", "adapter_config.json"},
+                  cleanup.files, error))
+    return fail(error);
+  // config.json and plan.json describe what was written.
+  std::string configText;
+  readFile(configPath, configText);
+  configText =
+      outputConfigText(configText, o.load.overrides, o.castTo, to->layout());
   std::vector<std::pair<std::string, std::string>> tops = {
       {outDir + "/config.json", configText},
-      {outDir + "/plan.json", json::write(plan, 2) + "\n"}};
+      {outDir + "/plan.json", json::write(planJson(), 2) + "\n"}};
   if (!layout.tracker.empty())
     tops.emplace_back(layout.tracker, layout.trackerText);
-  if (!output.indexPath.empty() && !adapters)
+  if (!output.indexPath.empty() && !o.adapters)
     tops.emplace_back(output.indexPath, output.indexText);
   for (const auto &[path, text] : tops) {
     bool existed = exists(path);
@@ -1002,8 +867,29 @@ int convertMain(int argc, char **argv, Cleanup &cleanup) {
     if (!existed)
       cleanup.files.push_back(path);
   }
-  if (!adapters)
-    reporter.finish(last);
+  if (!o.adapters)
+    reporter->finish(last);
+  return std::nullopt;
+}
+
+int convertMain(int argc, char **argv, Cleanup &cleanup) {
+  Options options;
+  cli::Parsed parsed = convert::parseCommandLine(argc, argv, options);
+  if (parsed.error)
+    return usage(*parsed.error);
+  if (parsed.exit)
+    return 0;
+  if (options.list)
+    return listModels();
+  Conversion conversion(options, cleanup);
+  using Step = std::optional<int> (Conversion::*)();
+  for (Step step : {&Conversion::checkCommandLine, &Conversion::findLayouts,
+                    &Conversion::readSourcePlan, &Conversion::bind,
+                    &Conversion::settleConfigurations, &Conversion::planRanks,
+                    &Conversion::openSources, &Conversion::checkOutput,
+                    &Conversion::writeRanks, &Conversion::commit})
+    if (std::optional<int> code = (conversion.*step)())
+      return *code;
   return 0;
 }
 

@@ -12,6 +12,7 @@
 
 #include "mdl/Runtime/Checkpoint.h"
 #include "mdl/Runtime/Cli.h"
+#include "mdl/Runtime/DType.h"
 #include "mdl/Runtime/File.h"
 #include "mdl/Runtime/Json.h"
 #include "mdl/Runtime/Safetensors.h"
@@ -67,21 +68,16 @@ Options:
 namespace {
 
 int usageError(const std::string &message) {
-  std::fprintf(stderr, "mdl-safetensors: error: %s\n", message.c_str());
-  std::fprintf(stderr, "run 'mdl-safetensors --help' for usage\n");
+  std::fputs(cli::errorText("mdl-safetensors", message, /*usage=*/true).c_str(),
+             stderr);
   return 2;
 }
 
 int inputError(const std::string &message) {
-  std::fprintf(stderr, "mdl-safetensors: error: %s\n", message.c_str());
+  std::fputs(
+      cli::errorText("mdl-safetensors", message, /*usage=*/false).c_str(),
+      stderr);
   return 1;
-}
-
-std::string shapeText(const std::vector<int64_t> &shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 int list(const std::string &path, bool headersOnly) {

@@ -19,281 +19,136 @@ using llvm::SmallVector;
 using llvm::StringRef;
 
 static int usageError(const std::string &message) {
-  llvm::errs() << "mdlc: error: " << message
-               << "\n(run 'mdlc --help' for usage)\n";
+  llvm::errs() << cli::errorText("mdlc", message, /*usage=*/true);
   return 2;
 }
 
-namespace {
-/// Walks the arguments; `value` takes an option's value from `--opt=v` or
-/// the next argument.
-class ArgReader {
-public:
-  ArgReader(const std::vector<std::string> &args) : args(args) {}
-  bool done() const { return i >= args.size(); }
-  const std::string &peek() const { return args[i]; }
-  std::string next() { return args[i++]; }
-  /// If the current argument is `flag` or `flag=...`, consumes it and its
-  /// value; `missing` is set when the value is absent.
-  bool option(const std::string &flag, std::string &value, bool &missing) {
-    if (done())
-      return false;
-    const std::string &a = args[i];
-    if (a.compare(0, flag.size() + 1, flag + "=") == 0) {
-      value = a.substr(flag.size() + 1);
-      ++i;
-      return true;
-    }
-    if (a != flag)
-      return false;
-    ++i;
-    missing = i >= args.size();
-    if (!missing)
-      value = args[i++];
-    return true;
-  }
-
-private:
-  const std::vector<std::string> &args;
-  size_t i = 0;
-};
-
-/// "; did you mean '--x'?" for an unknown option close to a known one.
-std::string didYouMeanOption(const std::string &option) {
-  static const std::vector<std::string> known = {
-      "--hf-config", "--set", "--backend", "--grid", "--choice", "--tp",
-      "--pp", "--ep", "--etp", "--cp", "--dp", "--vpp", "--sp",
-      "--first-stage-layers", "--last-stage-layers", "--rank", "--hf-index",
-      "--hf-dir", "--hf-inventory", "--format", "--lora-rank", "--depfile",
-      "--diagnostics-format", "--diagnostics-file", "--tensor", "--verbose",
-      "--verify-diagnostics", "--list-checks", "--version", "--help"};
-  std::vector<std::string> close = cli::closestNames(option, known);
-  return close.empty() ? "" : "; did you mean '" + close.front() + "'?";
-}
-
-bool parseKeyValue(const std::string &text, std::string &key,
-                   std::string &value) {
-  size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0)
-    return false;
-  key = text.substr(0, eq);
-  value = text.substr(eq + 1);
-  return true;
-}
-} // namespace
-
 std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
                                      Options &options, const char *usage) {
-  ArgReader r(args);
   static const char *kCommands[] = {"check", "params", "plan", "emit", "lora",
                                      "format"};
-  static const char *kAxes[] = {"tp", "pp", "ep", "etp", "cp", "dp", "vpp"};
-  while (!r.done()) {
-    std::string value;
-    bool missing = false;
-    const std::string a = r.peek();
-    if (a == "--help" || a == "-h") {
-      llvm::outs() << usage;
-      return 0;
-    }
-    if (a == "--version") {
-      llvm::outs() << cli::versionLine("mdlc") << "\n";
-      return 0;
-    }
-    if (a == "--list-checks") {
-      for (const CheckInfo &c : allChecks())
-        llvm::outs() << c.id << "\t" << (*c.pass ? c.pass : "-") << "\t"
-                     << c.guards << "\n";
-      return 0;
-    }
-    if (a.rfind("-emit=", 0) == 0 || a.rfind("--emit=", 0) == 0) {
-      r.next();
-      std::string what = a.substr(a.find('=') + 1);
-      if (what != "ast" && what != "mlir")
-        return usageError("-emit takes ast or mlir, not '" + what + "'");
-      if (!options.command.empty())
-        return usageError("-emit=" + what + " cannot follow a command");
-      options.command = what;
-      continue;
-    }
-    if (a == "-i") {
-      r.next();
-      options.inPlace = true;
-      continue;
-    }
-    if (a == "--verbose" || a == "-v") {
-      r.next();
-      options.verbose = true;
-      continue;
-    }
-    if (a == "--verify-diagnostics" || a == "--sp") {
-      r.next();
-      if (a == "--sp")
-        options.parallel.sp = true;
-      else
-        options.verifyDiagnostics = true;
-      continue;
-    }
-    if (a.rfind("-I", 0) == 0) {
-      r.next();
-      if (a != "-I") {
-        options.includeDirs.push_back(a.substr(2));
-        continue;
-      }
-      if (r.done())
-        return usageError("-I needs a directory");
-      options.includeDirs.push_back(r.next());
-      continue;
-    }
-    auto optionWithValue = [&](const char *flag) {
-      return r.option(flag, value, missing);
-    };
-    if (optionWithValue("--hf-config") || optionWithValue("--hf-index") ||
-        optionWithValue("--hf-dir") || optionWithValue("--hf-inventory")) {
-      if (missing || value.empty())
-        return usageError(a.substr(0, a.find('=')) + " needs a path");
-      std::string flag = a.substr(0, a.find('='));
-      (flag == "--hf-config"  ? options.hfConfig
-       : flag == "--hf-index" ? options.hfIndex
-       : flag == "--hf-dir"   ? options.hfDir
-                              : options.hfInventory) = value;
-      continue;
-    }
-    if (optionWithValue("--set") || optionWithValue("--choice")) {
-      std::string key, v;
-      bool isSet = a.rfind("--set", 0) == 0;
-      if (missing || !parseKeyValue(value, key, v))
-        return usageError(std::string(isSet ? "--set" : "--choice") +
-                          " takes KEY=VALUE");
-      if (isSet)
-        options.sets.push_back({key, v});
-      else
-        options.choices[key] = v;
-      continue;
-    }
-    if (optionWithValue("--backend")) {
-      if (missing || value.empty())
-        return usageError("--backend needs a name");
-      options.backends.push_back(value);
-      continue;
-    }
-    if (optionWithValue("--depfile")) {
-      if (missing || value.empty())
-        return usageError("--depfile needs a path");
-      options.depfile = value;
-      continue;
-    }
-    if (a == "-o") {
-      r.next();
-      if (r.done())
-        return usageError("-o needs a directory");
-      options.outputDir = r.next();
-      continue;
-    }
-    if (optionWithValue("--format")) {
-      static const std::vector<std::string> formats = {"text", "json", "svg",
-                                                       "diagram"};
-      if (missing || !llvm::is_contained(formats, value))
-        return usageError("--format takes text, json, svg or diagram");
-      options.format = value;
-      continue;
-    }
-    if (optionWithValue("--tensor")) {
-      if (missing || value.empty())
-        return usageError("--tensor needs a regular expression");
-      options.tensorPattern = value;
-      continue;
-    }
-    if (optionWithValue("--diagnostics-format")) {
-      if (missing || (value != "text" && value != "json" && value != "sarif"))
-        return usageError("--diagnostics-format takes text, json or sarif");
-      options.diagnosticsFormat = value;
-      continue;
-    }
-    if (optionWithValue("--diagnostics-file")) {
-      if (missing || value.empty())
-        return usageError("--diagnostics-file needs a path");
-      options.diagnosticsFile = value;
-      continue;
-    }
-    if (optionWithValue("--grid")) {
-      if (missing)
-        return usageError("--grid needs axis=values, e.g. tp=1,2 pp=1,2");
-      // The grid's axes may follow as separate arguments.
-      std::string text = value;
-      while (!r.done() && r.peek().find('=') != std::string::npos &&
-             r.peek()[0] != '-')
-        text += " " + r.next();
-      std::map<std::string, std::vector<int64_t>> grid;
-      if (std::optional<std::string> err = parseGrid(text, grid))
-        return usageError(*err);
-      for (auto &[axis, values] : grid)
-        options.grid[axis] = values;
-      continue;
-    }
-    bool matched = false;
-    for (const char *axis : kAxes) {
-      if (!optionWithValue((std::string("--") + axis).c_str()))
-        continue;
-      matched = true;
-      std::optional<int64_t> n =
-          missing ? std::nullopt : parseBoundedInt(value, 1, kMaxAxisSize);
-      if (!n)
-        return usageError(std::string("--") + axis + " takes an integer from 1 to " +
-                          std::to_string(kMaxAxisSize) + ", not '" + value + "'");
-      options.axesGiven.insert(axis);
-      ParallelConfig &p = options.parallel;
-      StringRef name(axis);
-      (name == "tp"    ? p.tp
-       : name == "pp"  ? p.pp
-       : name == "ep"  ? p.ep
-       : name == "etp" ? p.etp
-       : name == "cp"  ? p.cp
-       : name == "dp"  ? p.dp
-                       : p.vpp) = *n;
-      break;
-    }
-    if (matched)
-      continue;
-    if (optionWithValue("--lora-rank")) {
-      std::optional<int64_t> n =
-          missing ? std::nullopt : parseBoundedInt(value, 1, 65536);
-      if (!n)
-        return usageError("--lora-rank takes an integer from 1 to 65536");
-      options.loraRank = *n;
-      continue;
-    }
-    if (optionWithValue("--first-stage-layers") ||
-        optionWithValue("--last-stage-layers") || optionWithValue("--rank")) {
-      std::string flag = a.substr(0, a.find('='));
-      std::optional<int64_t> parsed =
-          missing ? std::nullopt : parseBoundedInt(value, 0, kMaxCount);
-      if (!parsed)
-        return usageError(flag + " takes an integer from 0 to " +
-                          std::to_string(kMaxCount) + ", not '" + value + "'");
-      int64_t n = *parsed;
-      if (flag == "--rank")
-        options.rank = n;
-      else if (flag == "--first-stage-layers")
-        options.parallel.firstStageLayers = n;
-      else
-        options.parallel.lastStageLayers = n;
-      continue;
-    }
-    r.next();
-    if (!a.empty() && a[0] == '-' && a != "-")
-      return usageError("unknown option '" + a + "'" +
-                        didYouMeanOption(a.substr(0, a.find('='))));
-    if (options.command.empty()) {
-      if (!llvm::is_contained(kCommands, a))
-        return usageError(
-            "unknown command '" + a + "'" +
-            cli::didYouMean(a, {std::begin(kCommands), std::end(kCommands)}));
-      options.command = a;
-      continue;
-    }
-    options.files.push_back(a);
-  }
+  using Result = std::optional<std::string>;
+  auto path = [&](std::string name, std::string &out) {
+    return cli::nonEmptyOption(name, "a path",
+                               [&out](const std::string &v) { out = v; });
+  };
+  // An option whose value is one of `valid`.
+  auto oneOf = [](std::string name, std::vector<std::string> valid,
+                  std::string &out) {
+    std::string message = name + " takes ";
+    for (size_t i = 0; i < valid.size(); ++i)
+      message += (i == 0                  ? ""
+                  : i + 1 == valid.size() ? " or "
+                                          : ", ") +
+                 valid[i];
+    return cli::valueOption({name}, [=, &out](const std::string &v) -> Result {
+      if (!llvm::is_contained(valid, v))
+        return message;
+      out = v;
+      return std::nullopt;
+    });
+  };
+
+  cli::Args r(args);
+  std::vector<cli::Option> table = {
+      path("--hf-config", options.hfConfig),
+      cli::keyValueOption("--set",
+                          [&](std::string k, std::string v) {
+                            options.sets.push_back({k, v});
+                          }),
+      cli::nonEmptyOption(
+          "--backend", "a name",
+          [&](const std::string &v) { options.backends.push_back(v); }),
+      cli::valueOption(
+          {"--grid"},
+          [&](const std::string &v) -> Result {
+            // The grid's axes may follow as separate arguments.
+            std::string text = v;
+            while (!r.done() && r.peek().find('=') != std::string::npos &&
+                   r.peek()[0] != '-')
+              text += " " + r.take();
+            std::map<std::string, std::vector<int64_t>> grid;
+            if (Result err = parseGrid(text, grid))
+              return err;
+            for (auto &[axis, values] : grid)
+              options.grid[axis] = values;
+            return std::nullopt;
+          },
+          "--grid needs axis=values, e.g. tp=1,2 pp=1,2"),
+      cli::keyValueOption(
+          "--choice",
+          [&](std::string k, std::string v) { options.choices[k] = v; }),
+      path("--hf-index", options.hfIndex),
+      path("--hf-dir", options.hfDir),
+      path("--hf-inventory", options.hfInventory),
+      oneOf("--format", {"text", "json", "svg", "diagram"}, options.format),
+      cli::integerOption("--lora-rank", 1, 65536,
+                         [&](int64_t n) { options.loraRank = n; }),
+      path("--depfile", options.depfile),
+      oneOf("--diagnostics-format", {"text", "json", "sarif"},
+            options.diagnosticsFormat),
+      path("--diagnostics-file", options.diagnosticsFile),
+      cli::nonEmptyOption(
+          "--tensor", "a regular expression",
+          [&](const std::string &v) { options.tensorPattern = v; }),
+      cli::flag({"--verbose", "-v"}, options.verbose),
+      cli::flag({"--verify-diagnostics"}, options.verifyDiagnostics),
+      cli::exitOption({"--list-checks"},
+                      [] {
+                        for (const CheckInfo &c : allChecks())
+                          llvm::outs()
+                              << c.id << "\t" << (*c.pass ? c.pass : "-")
+                              << "\t" << c.guards << "\n";
+                      }),
+      cli::exitOption({"--version"},
+                      [] { llvm::outs() << cli::versionLine("mdlc") << "\n"; }),
+      cli::exitOption({"--help", "-h"}, [usage] { llvm::outs() << usage; }),
+      cli::valueOption({"-emit", "--emit"},
+                       [&](const std::string &what) -> Result {
+                         if (what != "ast" && what != "mlir")
+                           return "-emit takes ast or mlir, not '" + what + "'";
+                         if (!options.command.empty())
+                           return "-emit=" + what + " cannot follow a command";
+                         options.command = what;
+                         return std::nullopt;
+                       }),
+      cli::flag({"-i"}, options.inPlace),
+      cli::valueOption(
+          {"-I"},
+          [&](const std::string &dir) -> Result {
+            options.includeDirs.push_back(dir);
+            return std::nullopt;
+          },
+          "-I needs a directory"),
+      cli::valueOption(
+          {"-o"},
+          [&](const std::string &dir) -> Result {
+            options.outputDir = dir;
+            return std::nullopt;
+          },
+          "-o needs a directory"),
+  };
+  for (cli::Option &o :
+       cli::parallelOptions(options.parallel, options.axesGiven, options.rank))
+    table.push_back(std::move(o));
+
+  cli::Parsed parsed =
+      cli::parseArgs(r, table, [&](const std::string &a) -> Result {
+        if (!options.command.empty()) {
+          options.files.push_back(a);
+          return std::nullopt;
+        }
+        if (!llvm::is_contained(kCommands, a))
+          return "unknown command '" + a + "'" +
+                 cli::didYouMean(a,
+                                 {std::begin(kCommands), std::end(kCommands)});
+        options.command = a;
+        return std::nullopt;
+      });
+  if (parsed.error)
+    return usageError(*parsed.error);
+  if (parsed.exit)
+    return 0;
   if (options.command.empty())
     return usageError("no command given");
   if (options.files.empty())

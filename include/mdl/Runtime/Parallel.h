@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace mdl {
 
@@ -98,6 +99,15 @@ struct ParallelConfig {
   /// kMaxCount layers); nullopt when it is within them.
   std::optional<std::string> checkBounds() const;
 };
+
+/// A configuration's sizes by the names command lines, grids and plan.json
+/// give them.
+inline constexpr std::pair<std::string_view, int64_t ParallelConfig::*>
+    kParallelSizes[] = {
+        {"tp", &ParallelConfig::tp},  {"pp", &ParallelConfig::pp},
+        {"ep", &ParallelConfig::ep},  {"etp", &ParallelConfig::etp},
+        {"cp", &ParallelConfig::cp},  {"dp", &ParallelConfig::dp},
+        {"vpp", &ParallelConfig::vpp}};
 
 /// One rank's coordinates in a parallel configuration.
 struct RankContext {
