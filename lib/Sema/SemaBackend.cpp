@@ -9,21 +9,12 @@
 #include "mdl/Runtime/Parallel.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 
 using namespace mdl;
 using namespace mdl::ast;
 using namespace mdl::sema;
 using llvm::dyn_cast;
-
-namespace {
-constexpr const char *kClassRoles[] = {
-    "column", "column_norm", "row", "replicated", "grouped_column",
-    "grouped_row", "grouped", "embedding"};
-} // namespace
-
-bool mdl::isClassRole(llvm::StringRef role) {
-  return llvm::is_contained(kClassRoles, role);
-}
 
 std::optional<Type::Kind> mdl::classPropertyType(llvm::StringRef property) {
   if (property == "sizes" || property == "returns")
@@ -76,12 +67,11 @@ void Analyzer::checkBackend(const BackendDecl *b) {
       }
       break;
     case BackendEntry::Class:
-      if (!isClassRole(e.name.name) &&
+      if (!parseModuleRole(e.name.name) &&
           !llvm::StringRef(e.name.name).starts_with("module:"))
-        error(e.name.loc()) << "unknown class role '" << e.name.name
-                            << "' (known: column, column_norm, row, "
-                               "replicated, grouped_column, grouped_row, "
-                               "grouped, embedding)";
+        error(e.name.loc())
+            << "unknown class role '" << e.name.name
+            << "' (known: " << llvm::join(kModuleRoleNames, ", ") << ")";
       else if (!roles.insert(e.name.name).second)
         error(e.name.loc()) << "class role '" << e.name.name
                             << "' is defined twice";

@@ -123,9 +123,8 @@ enum class Builtin {
 std::optional<Builtin> lookupBuiltin(llvm::StringRef name);
 llvm::StringRef spelling(Builtin b);
 
-/// The class roles a backend profile may define, and their properties.
-bool isClassRole(llvm::StringRef role);
-/// Known class properties and the type of each.
+/// The properties a backend's module class may set, and the type of each
+/// (the roles it may be defined for are mdl::ModuleRole's).
 std::optional<ast::Type::Kind> classPropertyType(llvm::StringRef property);
 
 /// Events after which a derived tensor may be recomputed.
