@@ -131,8 +131,6 @@ private:
   rt::TermDecl term(TermAttr t, ModuleDeclOp scope, Operation *op);
   std::vector<rt::NamePiece> namePieces(Operation *op, ArrayAttr segments,
                                         Region &args, bool indexPiece);
-  LogicalResult viewAxes(TensorOp t, ModuleDeclOp module,
-                         std::vector<rt::TensorSpec::ViewAxis> &out);
 
   ExprFactory &exprs;
   const DeclarationOptions &options;
@@ -378,46 +376,6 @@ std::vector<rt::NamePiece> DeclBuilder::namePieces(Operation *op,
   return out;
 }
 
-LogicalResult
-DeclBuilder::viewAxes(TensorOp t, ModuleDeclOp module,
-                      std::vector<rt::TensorSpec::ViewAxis> &out) {
-  auto yield = cast<YieldOp>(t.getView().front().back());
-  for (Value v : yield.getValues()) {
-    rt::TensorSpec::ViewAxis &axis = out.emplace_back();
-    bool ok = true;
-    std::function<void(Value)> collect = [&](Value x) {
-      Operation *def = x.getDefiningOp();
-      if (auto c = dyn_cast_or_null<ConstantOp>(def)) {
-        axis.factor *= cast<IntegerAttr>(c.getValue()).getInt();
-      } else if (auto g = dyn_cast_or_null<GetOp>(def)) {
-        if (!isDimDecl(lookupValueDecl(g, g.getName()))) {
-          ok = false;
-          return;
-        }
-        for (std::string &a : atoms(module, g.getName()))
-          axis.atoms.push_back(std::move(a));
-        axis.spelling +=
-            (axis.spelling.empty() ? "" : " * ") + g.getName().str();
-      } else if (auto b = dyn_cast_or_null<BuiltinOp>(def);
-                 b && b.getCallee() == "size") {
-        collect(b.getArgs()[0]);
-      } else if (auto m = dyn_cast_or_null<mdl::BinaryOp>(def);
-                 m && m.getKind() == BinaryKind::mul) {
-        collect(m.getLhs());
-        collect(m.getRhs());
-      } else {
-        ok = false;
-      }
-    };
-    collect(v);
-    if (!ok || axis.factor <= 0)
-      return t.emitError("a view size is a product of positive numbers and "
-                         "dimensions, which stand for their per-rank sizes");
-    axis.claim = isa_and_nonnull<GetOp>(v.getDefiningOp());
-  }
-  return success();
-}
-
 LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
   ModuleDeclOp module = getLayoutModule(l);
   out.module = l.getModule().str();
@@ -452,8 +410,10 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
         d.offset = int64_t(*o);
       if (auto s = t.getStored())
         d.stored = toDType(*s);
-      if (!t.getView().empty() && mlir::failed(viewAxes(t, module, d.view)))
-        ok = false;
+      if (ArrayAttr view = t.getViewAxesAttr())
+        for (auto a : view.getAsRange<ViewAxisAttr>())
+          d.view.push_back({a.getFactor(), strings(a.getAtoms()), a.getClaim(),
+                            a.getSpelling().str()});
       if (auto s = t.getSplit()) {
         d.split = int(*s);
         if (auto by = t.getSplitBy())

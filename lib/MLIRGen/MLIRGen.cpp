@@ -706,7 +706,8 @@ void Generator::layout(const LayoutDecl *d) {
       }
       auto op = builder.create<TensorOp>(l, name, layoutAttr, forStack, copy,
                                          offset, stored, split, splitBy, on,
-                                         /*reads_context=*/false);
+                                         /*reads_context=*/false,
+                                         /*view_axes=*/mlir::ArrayAttr());
       if (!args.empty())
         yieldRegion(op.getNameArgs(), args, blockArgs);
       if (view) {

@@ -6,6 +6,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include <functional>
 #include <set>
 
 namespace mdl {
@@ -42,6 +43,53 @@ bool readsContext(Region &region) {
   return found;
 }
 
+/// Lowers a tensor's `view` region, whose sizes are products of numbers and
+/// dimensions (their per-rank extents), to `view_axes`; the region goes.
+LogicalResult lowerView(TensorOp t) {
+  ModuleDeclOp module = getLayoutModule(t->getParentOfType<LayoutOp>());
+  MLIRContext *ctx = t.getContext();
+  SmallVector<Attribute> axes;
+  for (Value v : cast<YieldOp>(t.getView().front().back()).getValues()) {
+    int64_t factor = 1;
+    SmallVector<Attribute> atoms;
+    std::string spelling;
+    bool ok = true;
+    std::function<void(Value)> collect = [&](Value x) {
+      Operation *def = x.getDefiningOp();
+      if (auto c = dyn_cast_or_null<ConstantOp>(def)) {
+        factor *= cast<IntegerAttr>(c.getValue()).getInt();
+      } else if (auto g = dyn_cast_or_null<GetOp>(def)) {
+        if (!isDimDecl(lookupValueDecl(g, g.getName()))) {
+          ok = false;
+          return;
+        }
+        for (StringRef a : getDimAtoms(module, g.getName()))
+          atoms.push_back(StringAttr::get(ctx, a));
+        spelling += (spelling.empty() ? "" : " * ") + g.getName().str();
+      } else if (auto b = dyn_cast_or_null<BuiltinOp>(def);
+                 b && b.getCallee() == "size") {
+        collect(b.getArgs()[0]);
+      } else if (auto m = dyn_cast_or_null<mdl::BinaryOp>(def);
+                 m && m.getKind() == BinaryKind::mul) {
+        collect(m.getLhs());
+        collect(m.getRhs());
+      } else {
+        ok = false;
+      }
+    };
+    collect(v);
+    if (!ok || factor <= 0)
+      return t.emitError("a view size is a product of positive numbers and "
+                         "dimensions, which stand for their per-rank sizes");
+    axes.push_back(ViewAxisAttr::get(ctx, factor, ArrayAttr::get(ctx, atoms),
+                                     isa_and_nonnull<GetOp>(v.getDefiningOp()),
+                                     StringAttr::get(ctx, spelling)));
+  }
+  t.setViewAxesAttr(ArrayAttr::get(ctx, axes));
+  t.getView().getBlocks().clear();
+  return success();
+}
+
 /// What a backend op declares under a name or role, so that a base's
 /// declaration is copied only where the backend has none.
 std::string declKey(Operation &op) {
@@ -59,6 +107,13 @@ struct PrepareEmitPass
   void runOnOperation() override {
     ModuleOp top = getOperation();
     OpBuilder builder(top.getContext());
+    bool ok = true;
+    top.walk([&](TensorOp t) {
+      if (!t.getView().empty())
+        ok &= succeeded(lowerView(t));
+    });
+    if (!ok)
+      return signalPassFailure();
     for (auto backend : top.getOps<BackendOp>())
       flatten(top, backend, builder);
     top.walk([](TensorOp t) {

@@ -16,7 +16,9 @@ def PrepareEmit : Pass<"mdl-prepare-emit", "::mlir::ModuleOp"> {
     bases are copied in unless it redefines them; `extends` is dropped.
     Marks each tensor whose `when` condition reads the parallel context with
     `reads_context`, so that the emitter knows which conditions to decide
-    at bind time and which to keep for each rank.
+    at bind time and which to keep for each rank. Lowers each tensor's
+    `view` region (products of numbers and dimensions) to `view_axes`
+    attributes, and reports a view size that is no such product.
   }];
   let dependentDialects = ["::mdl::MDLDialect"];
 }

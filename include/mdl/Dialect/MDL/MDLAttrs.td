@@ -117,6 +117,20 @@ def MDL_LayoutAttr : MDL_Attr<"Layout", "layout"> {
   }];
 }
 
+def MDL_ViewAxisAttr : MDL_Attr<"ViewAxis", "view_axis"> {
+  let summary = "one axis of a tensor's view: a number times dimensions";
+  let description = [{
+    `#mdl.view_axis<2, ["G", "D"], false, "G * D">`: the axis is 2 times the
+    per-rank extents of atoms G and D; `claim` when it was written as a
+    bare dimension (the axis is that dimension); the spelling as written,
+    for messages. `mdl-prepare-emit` lowers a tensor's `view` region to
+    these.
+  }];
+  let parameters = (ins "int64_t":$factor, "::mlir::ArrayAttr":$atoms,
+                        "bool":$claim, "::mlir::StringAttr":$spelling);
+  let assemblyFormat = "`<` $factor `,` $atoms `,` $claim `,` $spelling `>`";
+}
+
 def MDL_BinaryKind : I32EnumAttr<"BinaryKind", "binary operator", [
     I32EnumAttrCase<"add", 0>, I32EnumAttrCase<"sub", 1>,
     I32EnumAttrCase<"mul", 2>, I32EnumAttrCase<"div", 3>,

@@ -269,7 +269,8 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
     element of that stack of the module, and the `nameArgs`, `copyIf` and
     `when` regions take the element's index. `reads_context` (set by
     `mdl-prepare-emit`) says that `when` reads the parallel context, so it
-    is decided per rank rather than once per binding.
+    is decided per rank rather than once per binding; that pass also lowers
+    the `view` region to `view_axes`.
   }];
   let arguments = (ins ArrayAttr:$name, MDL_LayoutAttr:$layout,
                        OptionalAttr<FlatSymbolRefAttr>:$for_stack,
@@ -278,13 +279,16 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
                        OptionalAttr<I64Attr>:$split,
                        OptionalAttr<MDL_MeshAxisKindAttr>:$split_by,
                        OptionalAttr<MDL_StageKindAttr>:$on,
-                       UnitAttr:$reads_context);
+                       UnitAttr:$reads_context,
+                       OptionalAttr<TypedArrayAttrBase<MDL_ViewAxisAttr,
+                                    "view axes">>:$view_axes);
   let regions = (region AnyRegion:$nameArgs, AnyRegion:$view,
                         AnyRegion:$copyIf, AnyRegion:$when);
   let assemblyFormat = [{
     $name (`for` $for_stack^)? `=` $layout (`copy` $copy^)? (`offset` $offset^)?
     (`stored` $stored^)? (`split` $split^)? (`by` $split_by^)? (`on` $on^)?
-    (`args` $nameArgs^)? (`view` $view^)? (`copy_if` $copyIf^)?
+    (`args` $nameArgs^)? (`view` $view^)? (`view_axes` $view_axes^)?
+    (`copy_if` $copyIf^)?
     (`when` $when^)? attr-dict
   }];
   let hasVerifier = 1;
