@@ -10,6 +10,9 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 using namespace mdl;
 
 int mdl::runLora(const Options &options, mlir::ModuleOp top,
@@ -49,31 +52,26 @@ int mdl::runLora(const Options &options, mlir::ModuleOp top,
                << options.parallel.str() << ", rank " << rank << ", r "
                << options.loraRank << "\n";
   for (const rt::LoraTarget &t : table) {
-    llvm::outs() << t.module << ": " << moduleRoleName(t.role) << " "
-                 << t.baseClass << " (" << t.sizes << " sizes in "
-                 << t.inFeatures << ", out " << t.outFeatures << "), lora_A "
-                 << shapeText(t.loraA, ", ") << ", lora_B "
-                 << shapeText(t.loraB, ", ") << ", delta "
-                 << shapeText(t.delta, ", ") << ", sharded " << t.sharded
-                 << ", returns " << t.returns;
+    std::string line = fmt::format(
+        "{}: {} {} ({} sizes in {}, out {}), lora_A {}, lora_B {}, delta {}, "
+        "sharded {}, returns {}",
+        t.module, moduleRoleName(t.role), t.baseClass, t.sizes, t.inFeatures,
+        t.outFeatures, shapeText(t.loraA, ", "), shapeText(t.loraB, ", "),
+        shapeText(t.delta, ", "), t.sharded, t.returns);
     // A row-parallel base that scatters its own input needs the adapter's
     // input scattered the same way.
     if (t.inputIsParallel)
-      llvm::outs() << ", input_is_parallel";
+      line += ", input_is_parallel";
     else if (t.role == ModuleRole::Row && t.sharded == "A")
-      llvm::outs() << ", scatters its input";
+      line += ", scatters its input";
     if (t.localExperts)
-      llvm::outs() << ", " << t.localExperts << " local experts";
-    if (!t.allReduceGrads.empty()) {
-      llvm::outs() << ", TP all-reduce of grads of";
-      for (const std::string &g : t.allReduceGrads)
-        llvm::outs() << " " << g;
-    }
-    llvm::outs() << "\n";
+      line += fmt::format(", {} local experts", t.localExperts);
+    if (!t.allReduceGrads.empty())
+      line += fmt::format(", TP all-reduce of grads of {}",
+                          fmt::join(t.allReduceGrads, " "));
+    llvm::outs() << line << "\n";
   }
-  llvm::outs() << "all-linear:";
-  for (const std::string &n : allLinear)
-    llvm::outs() << " " << n;
-  llvm::outs() << "\n";
+  llvm::outs() << fmt::format("all-linear:{}{}\n", allLinear.empty() ? "" : " ",
+                              fmt::join(allLinear, " "));
   return 0;
 }

@@ -19,40 +19,42 @@
 #include "llvm/Support/Regex.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 
 using namespace mdl;
 
 namespace {
 
+/// `q[G 0:2, P 0:8, D 0:256]`: the box of a parameter a piece holds.
 std::string boxText(const rt::ModelLayout &m, const rt::Piece &p) {
   const rt::Param &param = m.params[p.param];
-  std::string s = param.path + "[";
+  std::vector<std::string> dims;
   for (size_t a = 0; a < param.atoms.size(); ++a)
-    s += (a ? ", " : "") + param.atoms[a] + " " + std::to_string(p.lo[a]) +
-         ":" + std::to_string(p.lo[a] + p.count[a]);
-  return s + "]";
+    dims.push_back(
+        fmt::format("{} {}:{}", param.atoms[a], p.lo[a], p.lo[a] + p.count[a]));
+  return fmt::format("{}[{}]", param.path, fmt::join(dims, ", "));
 }
 
 std::string rankText(const RankContext &c) {
-  return "tp " + std::to_string(c.tpRank) + ", pp " + std::to_string(c.ppRank) +
-         ", ep " + std::to_string(c.epRank) + ", etp " +
-         std::to_string(c.etpRank);
+  return fmt::format("tp {}, pp {}, ep {}, etp {}", c.tpRank, c.ppRank,
+                     c.epRank, c.etpRank);
 }
 
 /// The rank's place on the axes the configuration splits: "tp 1, ep 0".
 std::string axesText(const RankContext &c, const ParallelConfig &p) {
-  std::string s;
+  std::vector<std::string> axes;
   auto add = [&](const char *axis, int64_t size, int64_t rank) {
     if (size > 1)
-      s += (s.empty() ? "" : ", ") + std::string(axis) + " " +
-           std::to_string(rank);
+      axes.push_back(fmt::format("{} {}", axis, rank));
   };
   add("tp", p.tp, c.tpRank);
   add("pp", p.pp, c.ppRank);
   add("ep", p.ep, c.epRank);
   add("etp", p.etp, c.etpRank);
-  return s;
+  return fmt::format("{}", fmt::join(axes, ", "));
 }
 
 } // namespace
@@ -143,27 +145,28 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
       if (spec.copy)
         llvm::outs() << " (copy)";
       if (spec.offset)
-        llvm::outs() << " (stored = value " << (spec.offset > 0 ? "+ " : "- ")
-                     << std::abs(spec.offset) << ")";
+        llvm::outs() << fmt::format(" (stored = value {} {})",
+                                    spec.offset > 0 ? '+' : '-',
+                                    std::abs(spec.offset));
       llvm::outs() << "\n";
       for (const rt::Piece &p : lt.pieces) {
         const rt::Param &param = m.params[p.param];
-        llvm::outs() << "    " << boxText(m, p) << " at " << p.base
-                     << " strides";
+        std::string line =
+            fmt::format("    {} at {} strides", boxText(m, p), p.base);
         for (size_t a = 0; a < param.atoms.size(); ++a)
-          llvm::outs() << " " << param.atoms[a] << "=" << p.stride[a];
+          line += fmt::format(" {}={}", param.atoms[a], p.stride[a]);
         std::vector<std::pair<int64_t, int64_t>> rows;
         if (lt.axesShape.size() >= 2)
           rows = rowsOf(p, lt.axesShape);
-        if (!rows.empty()) {
-          llvm::outs() << " rows";
-          for (size_t i = 0; i < rows.size() && i < 8; ++i)
-            llvm::outs() << (i ? ", " : " ") << rows[i].first << ":"
-                         << rows[i].second;
-          if (rows.size() > 8)
-            llvm::outs() << ", ... (" << rows.size() << " runs)";
-        }
-        llvm::outs() << "\n";
+        // The first eight row runs, and how many there are beyond.
+        std::vector<std::string> runs;
+        for (size_t i = 0; i < rows.size() && i < 8; ++i)
+          runs.push_back(fmt::format("{}:{}", rows[i].first, rows[i].second));
+        if (!runs.empty())
+          line += fmt::format(" rows {}", fmt::join(runs, ", "));
+        if (rows.size() > 8)
+          line += fmt::format(", ... ({} runs)", rows.size());
+        llvm::outs() << line << "\n";
       }
     }
   }
