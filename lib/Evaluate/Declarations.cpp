@@ -13,7 +13,6 @@
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
-#include <functional>
 
 using namespace mlir;
 using namespace mdl;

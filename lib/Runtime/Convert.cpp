@@ -13,7 +13,6 @@
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -14,10 +14,7 @@
 #include "mdl/Runtime/File.h"
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
-#include <set>
-#include <sstream>
 
 using namespace mdl;
 using namespace mdl::rt;

@@ -3,7 +3,6 @@
 #include "mdl/Runtime/TorchCheckpoint.h"
 
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
