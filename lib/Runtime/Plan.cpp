@@ -737,13 +737,9 @@ mdl::rt::expandGrid(const std::map<std::string, std::vector<int64_t>> &axes) {
     for (const ParallelConfig &c : out)
       for (int64_t v : values) {
         ParallelConfig d = c;
-        if (name == "tp") d.tp = v;
-        else if (name == "pp") d.pp = v;
-        else if (name == "ep") d.ep = v;
-        else if (name == "etp") d.etp = v;
-        else if (name == "cp") d.cp = v;
-        else if (name == "dp") d.dp = v;
-        else if (name == "vpp") d.vpp = v;
+        for (auto [axis, size] : kParallelSizes)
+          if (name == axis)
+            d.*size = v;
         next.push_back(d);
       }
     out = std::move(next);
