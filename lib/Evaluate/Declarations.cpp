@@ -140,24 +140,10 @@ private:
 void DeclBuilder::style(ModuleDeclOp m, ParallelStyleAttr s, rt::ParamDecl &p) {
   if (!s)
     return;
-  using Style = TensorParallelStyle;
-  switch (s.getKind()) {
-  case StyleKind::replicated:
-    p.style = Style::Replicated;
-    break;
-  case StyleKind::column:
-    p.style = Style::Column;
-    break;
-  case StyleKind::row:
-    p.style = Style::Row;
-    break;
-  case StyleKind::vocab:
-    p.style = Style::Vocab;
-    break;
-  case StyleKind::shard:
-    p.style = Style::Shard;
-    break;
-  }
+  // The dialect's style kinds are spelled as the runtime's styles are.
+  p.style = enumOfName<TensorParallelStyle>(kTensorParallelStyleNames,
+                                            stringifyStyleKind(s.getKind()))
+                .value_or(TensorParallelStyle::None);
   if (s.getDim()) {
     p.styleDim = s.getDim().getValue().str();
     p.styleAtoms = atoms(m, s.getDim().getValue());
