@@ -856,6 +856,7 @@ bool Converter::writeFiles(
         makeWriter ? makeWriter(f) : std::make_unique<SafetensorsWriter>();
     TensorFileWriter &writer = *made;
     writer.setThreads(perFile);
+    writer.setDirectIO(directIO);
     std::string err;
     // Each rank file of a sharded layout records the rank it holds;
     // addSource() checks it. An unsharded checkpoint (HF) has no ranks to

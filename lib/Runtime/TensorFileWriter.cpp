@@ -2,15 +2,19 @@
 
 #include "mdl/Runtime/TensorFileWriter.h"
 #include "TensorFileText.h"
+#include "mdl/Runtime/File.h"
 #include "mdl/Runtime/WorkerPool.h"
 #include "mdl/Runtime/Zip.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 
 #include <fcntl.h>
@@ -103,6 +107,11 @@ bool TensorFileWriter::setMetadata(std::string key, std::string value,
 
 namespace {
 
+/// What direct I/O asks of file offsets, lengths and memory: a page, which
+/// covers the logical block size of common disks, and keeps a page of the
+/// page cache from being written both ways.
+constexpr uint64_t kDirectAlign = 4096;
+
 /// The file being written: a temporary that is removed unless committed.
 /// Writes are positional, so that threads can write disjoint ranges.
 class TempFile {
@@ -111,24 +120,70 @@ public:
       : target(std::move(target)),
         temp(this->target + ".tmp." + std::to_string(::getpid())) {}
   ~TempFile() {
+    if (directFd >= 0)
+      ::close(directFd);
     if (fd >= 0)
       ::close(fd);
     if (created && !committed)
       ::unlink(temp.c_str());
   }
 
-  bool create(std::string &error) {
+  /// Creates the temporary; with `direct`, also opens it for direct I/O
+  /// where the file system allows.
+  bool create(bool direct, std::string &error) {
     fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
       return fail("cannot create temporary file '" + temp + "'", error);
     created = true;
+#ifdef O_DIRECT
+    if (direct)
+      directFd = ::open(temp.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+#endif
+    useDirect = directFd >= 0;
     return true;
   }
 
+  /// Allocates the file's blocks up to `size` (best effort: not every file
+  /// system can): direct writes into allocated blocks do not extend the
+  /// file, and run side by side.
+  void reserve(uint64_t size) const {
+#ifdef __linux__
+    if (size)
+      ::fallocate(fd, 0, 0, off_t(size));
+#endif
+  }
+
+  /// Whether writes go to the disk directly (see writeAt()).
+  bool direct() const { return useDirect; }
+
   /// Writes `n` bytes at file offset `offset`. Safe to call from several
-  /// threads for disjoint ranges.
+  /// threads for disjoint ranges. With direct I/O, the whole pages of the
+  /// range go from `src` to the disk, bypassing the page cache, when `src`
+  /// is aligned like the file offset; the partial pages at either end (and
+  /// unaligned ranges) go through the page cache. A page is thus written
+  /// one way only: whole pages lie in one range, ranges are disjoint.
   bool writeAt(uint64_t offset, const uint8_t *src, size_t n,
                std::string &error) const {
+    uint64_t head = std::min<uint64_t>(n, -offset % kDirectAlign);
+    uint64_t middle = (n - head) / kDirectAlign * kDirectAlign;
+    if (useDirect && middle &&
+        (reinterpret_cast<uintptr_t>(src) + head) % kDirectAlign == 0) {
+      size_t done = writeDirect(offset + head, src + head, size_t(middle));
+      if (done == middle)
+        return writeCached(offset, src, size_t(head), error) &&
+               writeCached(offset + head + middle, src + head + middle,
+                           size_t(n - head - middle), error);
+      // The file system refused: the rest goes through the page cache.
+      return writeCached(offset, src, size_t(head), error) &&
+             writeCached(offset + head + done, src + head + done,
+                         size_t(n - head - done), error);
+    }
+    return writeCached(offset, src, n, error);
+  }
+
+  /// Writes through the page cache, and starts writing back.
+  bool writeCached(uint64_t offset, const uint8_t *src, size_t n,
+                   std::string &error) const {
     for (uint64_t at = offset, end = offset + n; at < end;) {
       ssize_t put = ::pwrite(fd, src, size_t(end - at), off_t(at));
       if (put < 0 && errno == EINTR)
@@ -168,6 +223,8 @@ public:
 
   /// Syncs, closes and renames over the target.
   bool commit(std::string &error) {
+    if (directFd >= 0)
+      ::close(std::exchange(directFd, -1));
     if (::fsync(fd) != 0)
       return fail("cannot sync '" + temp + "'", error);
     int closing = fd;
@@ -192,6 +249,27 @@ public:
   }
 
 private:
+  /// Writes whole pages with direct I/O; returns how many bytes it wrote:
+  /// fewer, and direct I/O is off for the file, when the file system
+  /// refuses (an alignment it does not accept) or fails (the caller then
+  /// writes the rest through the page cache, which reports the error).
+  size_t writeDirect(uint64_t offset, const uint8_t *src, size_t n) const {
+    size_t done = 0;
+    while (done < n && useDirect) {
+      ssize_t put =
+          ::pwrite(directFd, src + done, n - done, off_t(offset + done));
+      if (put < 0 && errno == EINTR)
+        continue;
+      if (put <= 0 || put % kDirectAlign) {
+        useDirect = false;
+        done += put > 0 ? size_t(put) : 0;
+        break;
+      }
+      done += size_t(put);
+    }
+    return done;
+  }
+
   /// Starts writing back a range now rather than all at once in commit()'s
   /// fsync, so that the disk works while the next chunks are being built.
   void startWriteback(uint64_t offset, uint64_t n) const {
@@ -207,8 +285,50 @@ private:
   }
 
   std::string target, temp;
-  int fd = -1;
+  int fd = -1, directFd = -1;
+  mutable std::atomic<bool> useDirect{false};
   bool created = false, committed = false;
+};
+
+/// With direct I/O, the writes in flight per thread that fills chunks.
+constexpr unsigned kWritesPerFill = 4;
+
+/// Lets at most `n` threads fill chunks at once (C++17 has no counting
+/// semaphore).
+class FillSlots {
+public:
+  explicit FillSlots(unsigned n) : available(n) {}
+
+  /// A slot held while it lives, or until release().
+  class Held {
+  public:
+    explicit Held(FillSlots &slots) : slots(&slots) {
+      std::unique_lock<std::mutex> lock(slots.mutex);
+      slots.freed.wait(lock, [&] { return slots.available > 0; });
+      --slots.available;
+    }
+    Held(const Held &) = delete;
+    Held &operator=(const Held &) = delete;
+    ~Held() { release(); }
+    void release() {
+      if (!slots)
+        return;
+      {
+        std::lock_guard<std::mutex> lock(slots->mutex);
+        ++slots->available;
+      }
+      slots->freed.notify_one();
+      slots = nullptr;
+    }
+
+  private:
+    FillSlots *slots;
+  };
+
+private:
+  std::mutex mutex;
+  std::condition_variable freed;
+  unsigned available;
 };
 
 /// The data section is written in chunks of this many bytes (a multiple of
@@ -216,6 +336,8 @@ private:
 constexpr uint64_t kChunkSize = uint64_t(4) << 20;
 
 } // namespace
+
+void TensorFileWriter::setDirectIO(bool on) { directIO = on; }
 
 void TensorFileWriter::setThreads(unsigned n) {
   numThreads = std::max(1u, std::min(n, 256u));
@@ -241,8 +363,10 @@ bool TensorFileWriter::stream(const std::string &path,
   starts.push_back(total);
 
   TempFile out(path);
-  if (!out.create(error))
+  if (!out.create(directIO, error))
     return false;
+  if (out.direct() && !regions.empty())
+    out.reserve(regions.back().fileOffset + regions.back().entry->size);
   // Chunks are taken in order by the workers; a chunk may hold the ends of
   // several tensors. One worker fills each tensor in order. The CRC-32 of
   // what each chunk holds of a region, to be combined in order.
@@ -251,7 +375,11 @@ bool TensorFileWriter::stream(const std::string &path,
     uint64_t length;
     uint32_t crc;
   };
-  uint64_t numChunks = (total + kChunkSize - 1) / kChunkSize;
+  // Chunk boundaries fall on page boundaries of the file where the data is
+  // contiguous there (always in safetensors), so that no page is split
+  // between two chunks' writes: the first chunk is shorter by `skew`.
+  uint64_t skew = regions.empty() ? 0 : regions[0].fileOffset % kDirectAlign;
+  uint64_t numChunks = total ? (skew + total + kChunkSize - 1) / kChunkSize : 0;
   std::vector<std::vector<CrcPiece>> crcPieces(static_cast<size_t>(numChunks));
   std::atomic<uint64_t> nextChunk{0};
   std::atomic<bool> failed{false};
@@ -265,14 +393,29 @@ bool TensorFileWriter::stream(const std::string &path,
   auto fileOffset = [&](size_t i, uint64_t at) {
     return regions[i].fileOffset + (at - starts[i]);
   };
+  // With direct I/O, each run of bytes that goes out in one write sits in
+  // the buffer at an address aligned like its file offset (modulo
+  // kDirectAlign): runs after a gap in the file are moved up by less than
+  // kDirectAlign, while the buffer has room.
+  constexpr size_t kRealignRoom = 64 * kDirectAlign;
+  FillSlots fillSlots(numThreads);
   auto work = [&] {
-    std::vector<uint8_t> buffer;
+    std::unique_ptr<uint8_t, void (*)(void *)> buffer(
+        static_cast<uint8_t *>(std::aligned_alloc(
+            kDirectAlign, kChunkSize + kRealignRoom + kDirectAlign)),
+        std::free);
+    if (!buffer)
+      return fail(path + ": out of memory");
     std::string fillError, writeError;
     for (;;) {
+      // Chunks are taken in a slot, so that with one thread they are filled
+      // in order.
+      FillSlots::Held filling(fillSlots);
       uint64_t c = nextChunk++;
       if (c >= numChunks || failed)
         return;
-      uint64_t lo = c * kChunkSize, hi = std::min(total, lo + kChunkSize);
+      uint64_t lo = c ? c * kChunkSize - skew : 0,
+               hi = std::min(total, (c + 1) * kChunkSize - skew);
       // The first region that ends after `lo`.
       size_t i = size_t(std::upper_bound(starts.begin(), starts.end(), lo) -
                         starts.begin()) -
@@ -280,6 +423,7 @@ bool TensorFileWriter::stream(const std::string &path,
       const Entry *e = regions[i].entry;
       // A chunk inside one tensor given as bytes goes out from there.
       if (!e->fill && !regions[i].crc && starts[i + 1] >= hi) {
+        filling.release();
         if (!out.writeAt(fileOffset(i, lo),
                          static_cast<const uint8_t *>(e->data) +
                              (lo - starts[i]),
@@ -287,17 +431,28 @@ bool TensorFileWriter::stream(const std::string &path,
           return fail(writeError);
         continue;
       }
-      // Bytes that are in a file already are copied from there; the others
-      // are filled into the buffer, which goes out in one write per run
-      // between copies and between regions apart in the file.
-      buffer.resize(size_t(hi - lo));
+      // Bytes that are in a file already are read (or, without direct I/O,
+      // copied in the kernel) from there; the others are filled into the
+      // buffer, which goes out in one write per run between copies and
+      // between regions apart in the file. Stream byte `at` is at
+      // bufferAt(at).
+      size_t shift = 0;
+      auto bufferAt = [&](uint64_t at) {
+        return buffer.get() + (at - lo) + shift;
+      };
+      auto alignRun = [&](uint64_t at, uint64_t offset) {
+        size_t by = size_t((offset - (at - lo + shift)) % kDirectAlign);
+        if (out.direct() && shift + by <= kRealignRoom)
+          shift += by;
+      };
+      alignRun(lo, fileOffset(i, lo));
       uint64_t unwritten = lo; // buffered bytes [unwritten, at) not written
       size_t unwrittenRegion = i;
       auto flush = [&](uint64_t at, size_t next) {
         bool ok = unwritten == at ||
                   out.writeAt(fileOffset(unwrittenRegion, unwritten),
-                              buffer.data() + (unwritten - lo),
-                              size_t(at - unwritten), writeError);
+                              bufferAt(unwritten), size_t(at - unwritten),
+                              writeError);
         unwritten = at;
         unwrittenRegion = next;
         return ok;
@@ -306,9 +461,11 @@ bool TensorFileWriter::stream(const std::string &path,
         const Region &r = regions[i];
         e = r.entry;
         if (i > unwrittenRegion &&
-            r.fileOffset != fileOffset(i - 1, starts[i]) &&
-            !flush(starts[i], i))
-          return fail(writeError);
+            r.fileOffset != fileOffset(i - 1, starts[i])) {
+          if (!flush(starts[i], i))
+            return fail(writeError);
+          alignRun(starts[i], r.fileOffset);
+        }
         uint64_t from = std::max(lo, starts[i]),
                  to = std::min(hi, starts[i + 1]);
         for (uint64_t at = from; at < to;) {
@@ -319,7 +476,12 @@ bool TensorFileWriter::stream(const std::string &path,
                         e->source(at - starts[i], n, fd, sourceOffset);
           if (n == 0 || n > to - at || n % element)
             n = size_t(to - at), inFile = false;
-          if (inFile) {
+          if (inFile && out.direct() &&
+              preadAll(fd, bufferAt(at), n, sourceOffset)) {
+            at += n;
+            continue;
+          }
+          if (inFile && !out.direct()) {
             if (!flush(at, i))
               return fail(writeError);
             // What a short copy leaves, whole elements, is filled.
@@ -331,7 +493,7 @@ bool TensorFileWriter::stream(const std::string &path,
             if (n == 0)
               continue;
           }
-          uint8_t *dst = buffer.data() + (at - lo);
+          uint8_t *dst = bufferAt(at);
           if (!e->fill)
             std::memcpy(
                 dst, static_cast<const uint8_t *>(e->data) + (at - starts[i]),
@@ -343,13 +505,17 @@ bool TensorFileWriter::stream(const std::string &path,
         }
         if (r.crc && to > from)
           crcPieces[size_t(c)].push_back(
-              {i, to - from, crc32(0, buffer.data() + (from - lo), to - from)});
+              {i, to - from, crc32(0, bufferAt(from), to - from)});
       }
+      filling.release();
       if (!flush(hi, i))
         return fail(writeError);
     }
   };
-  runWorkers(std::min<uint64_t>(numThreads, std::max<uint64_t>(numChunks, 1)),
+  // With direct I/O a worker waits for the disk at each write: more
+  // workers keep several writes in flight while at most numThreads fill.
+  unsigned workers = out.direct() ? kWritesPerFill * numThreads : numThreads;
+  runWorkers(std::min<uint64_t>(workers, std::max<uint64_t>(numChunks, 1)),
              work);
   if (failed) {
     error = firstError;

@@ -123,7 +123,10 @@ def main():
     ap = arguments()
     ap.add_argument("--storage", default="per_expert")
     ap.add_argument("--backends", default="mcore_te,mcore_local,vllm")
+    ap.add_argument("--convert-flags", default="",
+                    help="options added to every mdl-convert run")
     args = ap.parse_args()
+    convert = [args.convert] + args.convert_flags.split()
 
     hf, tensors = write_hf(args.mdlc, args.spec, args.config, args.work, 7,
                            ["--choice", "expert_storage=" + args.storage])
@@ -150,7 +153,7 @@ def main():
             shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(back, ignore_errors=True)
             # The model is the one whose spec serves the config.
-            r = run([args.convert, "--from", "hf", "--to", backend,
+            r = run(convert + ["--from", "hf", "--to", backend,
                      "--tp", str(tp), "--pp", str(pp), "--ep", str(ep), "--etp", str(etp),
                      "--quiet", hf, out])
             if r.returncode:
@@ -165,7 +168,7 @@ def main():
                        "--pp", str(pp), "--ep", str(ep), "--etp", str(etp)])
             if ref.returncode:
                 failures.append("%s: the reference disagrees:\n%s" % (where, ref.stdout + ref.stderr))
-            r = run([args.convert, "--model", args.model, "--from", backend, "--to", "hf",
+            r = run(convert + ["--model", args.model, "--from", backend, "--to", "hf",
                      "--quiet", out, back])
             if r.returncode:
                 failures.append("%s: backend -> hf failed: %s" % (where, r.stderr.strip()))
@@ -193,7 +196,7 @@ def main():
     else:
         steps += [["--from", "hf", "--to", "vllm", "--tp", "2", hf, direct]]
     for s in steps:
-        r = run([args.convert, "--model", args.model, "--quiet"] + s)
+        r = run(convert + ["--model", args.model, "--quiet"] + s)
         if r.returncode:
             failures.append("backend to backend: %s failed: %s" % (" ".join(s[:4]), r.stderr.strip()))
     if not failures:

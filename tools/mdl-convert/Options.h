@@ -38,6 +38,8 @@ struct Options {
   std::string progressName = "auto";
   double progressInterval = 5;
   bool quiet = false, list = false, dryRun = false, adapters = false;
+  /// --direct-io.
+  bool directIO = false;
   /// --format safetensors.
   bool safetensorsOut = false;
   int64_t iteration = -1;

@@ -634,6 +634,7 @@ std::optional<int> Conversion::openSources() {
   converter = std::make_unique<Converter>(*from, source, *to, o.target);
   if (o.threads)
     converter->setThreads(unsigned(o.threads));
+  converter->setDirectIO(o.directIO);
   std::string error;
   // Every rank that saves must be there; others may be (safetensors).
   if (sourceFiles) {

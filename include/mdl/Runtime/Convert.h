@@ -64,6 +64,9 @@ public:
   /// The number of worker threads writeRank() uses (by default the CPUs
   /// this process may use: usableCpus()).
   void setThreads(unsigned n);
+  /// Whether target files are written with direct I/O where the file
+  /// system allows (off by default; see TensorFileWriter::setDirectIO()).
+  void setDirectIO(bool on) { directIO = on; }
   /// The source ranks whose tensors target rank `rank` reads (a box that
   /// several ranks hold is read from the first), for the slices of
   /// `onlyParams` (paths) when given.
@@ -175,6 +178,7 @@ private:
   const Binding &from, &to;
   ParallelConfig fromConfig, toConfig;
   unsigned numThreads = 1;
+  bool directIO = false;
   std::vector<std::shared_ptr<Checkpoint>> keep;
   /// Per parameter of the source layout: the views that hold it.
   std::map<std::string, std::vector<View>> views;
