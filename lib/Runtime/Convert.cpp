@@ -857,6 +857,11 @@ bool Converter::writeFiles(
     TensorFileWriter &writer = *made;
     writer.setThreads(perFile);
     writer.setDirectIO(directIO);
+    // Three chunks waiting on the disk per thread filling them kept the
+    // disk busy in bench/convert; over all files at once, at most 24 (a
+    // buffer of 6 MB each) and at least one per file.
+    writer.setWaitingWrites(std::max<unsigned>(
+        1, std::min<unsigned>(3 * perFile, 24 / unsigned(atOnce))));
     std::string err;
     // Each rank file of a sharded layout records the rank it holds;
     // addSource() checks it. An unsharded checkpoint (HF) has no ranks to

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""mdl-convert --direct-io against writing through the page cache.
+"""mdl-convert --io=direct against --io=buffered.
 
   direct_io.py --mdlc MDLC --convert MDL_CONVERT --spec SPEC --model NAME
                --config CONFIG --work DIR
 
 On a random HF checkpoint whose rank files span several of the writer's
 4 MB chunks, each target (Megatron's torch files, whose zip entries leave
-gaps between tensors, and safetensors) is written with --direct-io and
-without, on two threads: the files must be the same, byte for byte. Where
+gaps between tensors, and safetensors) is written with direct I/O and
+buffered, on two threads: the files must be the same, byte for byte. Where
 the work directory's file system takes direct I/O, the weight files written
 with it must be (nearly) absent from the page cache, which holds those
-written without it: else --direct-io did not bypass the cache.
+written buffered: else direct I/O did not bypass the cache.
 """
 import mmap
 import os
@@ -62,7 +62,7 @@ def main():
         for mode in ("cached", "direct"):
             out = os.path.join(args.work, mode)
             shutil.rmtree(out, ignore_errors=True)
-            flags = ["--direct-io"] if mode == "direct" else []
+            flags = ["--io=" + ("direct" if mode == "direct" else "buffered")]
             r = roundtrip.run([args.convert, "--model", args.model, "--from", "hf",
                                "--threads", "2", "--quiet"] + target + flags + [hf, out])
             if r.returncode:
@@ -77,7 +77,7 @@ def main():
                                 % largest)
             cached = max(resident(w) for w in weights)
             if direct and mode == "direct" and cached > 0.05:
-                failures.append("%s: %.0f%% of a file written with --direct-io is in "
+                failures.append("%s: %.0f%% of a file written with direct I/O is in "
                                 "the page cache" % (" ".join(target), 100 * cached))
             if direct and mode == "cached" and cached < 0.5:
                 failures.append("%s: the page cache holds only %.0f%% of a file written "
@@ -85,7 +85,7 @@ def main():
             outs[mode] = mpi.files_of(out)
         same = outs["cached"] == outs["direct"]
         if not same:
-            failures.append("%s: the files written with --direct-io differ" % " ".join(target))
+            failures.append("%s: the files written with direct I/O differ" % " ".join(target))
         print("%s: %d files, %s" % (" ".join(target), len(outs["direct"]),
                                      "equal" if same else "DIFFERENT"))
     print("page cache checked: %s" % ("yes" if direct else

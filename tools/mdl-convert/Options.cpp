@@ -92,10 +92,11 @@ Options:
                       the output is committed once all succeeded
   --threads N         worker threads (default: the CPUs this process may
                       use, after its affinity mask and cgroup CPU quota)
-  --direct-io         send the tensor data to the disk with direct I/O,
-                      bypassing the page cache, where the file system
-                      allows: a fraction of the CPU per byte; faster or
-                      slower than the page cache depending on the disk
+  --io=MODE           how tensor data goes to the disk: direct (the
+                      default) with direct I/O, around the page cache,
+                      where the file system allows (else buffered);
+                      buffered through the page cache, runs of bytes
+                      already in a file copied in the kernel
   --progress=MODE     tty: one line redrawn with the rate and the time
                       left; log: a line every few seconds; json: one JSON
                       object per line (events progress, done, failed);
@@ -191,7 +192,13 @@ cli::Parsed convert::parseCommandLine(int argc, char **argv, Options &o) {
                          return std::nullopt;
                        }),
       cli::flag({"--dry-run"}, o.dryRun),
-      cli::flag({"--direct-io"}, o.directIO),
+      cli::valueOption({"--io"},
+                       [&](const std::string &v) -> Result {
+                         if (v != "direct" && v != "buffered")
+                           return "--io takes direct or buffered";
+                         o.directIO = v == "direct";
+                         return std::nullopt;
+                       }),
       // Read by main(), which starts the processes.
       cli::flag({"--ranks-from-env"}, [] {}),
       cli::integerOption("--threads", 1, kMaxAxisSize,

@@ -38,8 +38,8 @@ struct Options {
   std::string progressName = "auto";
   double progressInterval = 5;
   bool quiet = false, list = false, dryRun = false, adapters = false;
-  /// --direct-io.
-  bool directIO = false;
+  /// --io: direct (the default) or buffered.
+  bool directIO = true;
   /// --format safetensors.
   bool safetensorsOut = false;
   int64_t iteration = -1;

@@ -61,15 +61,19 @@ public:
   /// The number of threads write() fills and writes chunks of tensor data
   /// on (1 by default); memory use grows by a few MB per thread.
   void setThreads(unsigned n);
+  /// With direct I/O, how many more chunks may wait on the disk while the
+  /// threads fill others (3 by default); each holds a buffer of 6 MB.
+  void setWaitingWrites(unsigned n);
 
   /// Whether write() sends tensor data to the disk with direct I/O where
   /// the file system allows it, bypassing the page cache: the bytes are
   /// copied once, into the writer's buffer, and the disk reads them from
-  /// there; several writes per thread are kept in flight. Off (the
-  /// default), data goes through the page cache, and bytes already in a
-  /// file are copied in the kernel (copy_file_range, which shares blocks
-  /// on file systems that can). Direct I/O takes far less CPU per byte;
-  /// whether it is faster depends on the disk (bench/convert measures).
+  /// there (huge pages where the system gives them); several writes per
+  /// thread are kept in flight. Off (the default), data goes through the
+  /// page cache, and bytes already in a file are copied in the kernel
+  /// (copy_file_range, which shares blocks on file systems that can).
+  /// Direct I/O takes far less CPU per byte, and on the disks measured
+  /// (bench/convert) less time; mdl-convert uses it unless told otherwise.
   void setDirectIO(bool on);
 
   /// A string entry of the file's metadata (safetensors' __metadata__; a
@@ -113,7 +117,7 @@ protected:
 
 private:
   bool addEntry(Entry e, std::string &error);
-  unsigned numThreads = 1;
+  unsigned numThreads = 1, waitingWrites = 3;
   bool directIO = false;
 };
 
