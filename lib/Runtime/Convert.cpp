@@ -8,6 +8,7 @@
 #include "mdl/Runtime/WorkerPool.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -570,6 +571,26 @@ static int64_t flatIndex(const std::vector<size_t> &atoms,
   return index;
 }
 
+/// How flatIndex(atoms, sizes, c) moves when c[a] grows by one.
+static int64_t flatStep(const std::vector<size_t> &atoms,
+                        const std::vector<int64_t> &sizes, size_t a) {
+  int64_t step = 0;
+  for (size_t b : atoms)
+    step = b == a ? 1 : step * sizes[b];
+  return step;
+}
+
+/// Every E4M3 byte as a float (each value is one exactly).
+static const std::array<float, 256> &e4m3Floats() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (size_t b = 0; b < t.size(); ++b)
+      t[b] = float(e4m3ToDouble(uint8_t(b)));
+    return t;
+  }();
+  return table;
+}
+
 void Converter::setThreads(unsigned n) {
   numThreads = std::max(1u, std::min(n, 1024u));
 }
@@ -699,23 +720,46 @@ void Converter::materialize(const Job &job) const {
             cols = d.scaleBox.count[numExperts + 1];
     int64_t rowBlock0 = d.scaleBox.lo[numExperts],
             colBlock0 = d.scaleBox.lo[numExperts + 1];
-    // Every element of the box, row-major over the weight's atoms.
+    // Every element of the box, row-major over the weight's atoms, a run
+    // along the last atom at a time: there the block row and column, the
+    // expert and the target offset move by fixed steps.
+    const std::array<float, 256> &e4m3 = e4m3Floats();
     std::vector<int64_t> c = d.target.lo;
-    for (size_t i = 0; i < values.size(); ++i) {
+    size_t last = c.size() - 1;
+    int64_t run = d.target.count[last], stride = d.target.stride[last];
+    int64_t outStep = flatStep(d.sides.out, w.sizes, last),
+            inStep = flatStep(d.sides.in, w.sizes, last), expertStep = 0;
+    for (size_t k = 0; k < numExperts; ++k)
+      expertStep = d.sides.expert[k] == last ? 1
+                                             : expertStep * d.scaleBox.count[k];
+    uint8_t *out = job.materialized.data();
+    for (size_t i = 0; i < values.size(); i += size_t(run)) {
       int64_t expert = 0;
       for (size_t k = 0; k < numExperts; ++k) {
         size_t a = d.sides.expert[k];
         expert = expert * d.scaleBox.count[k] + (c[a] - d.target.lo[a]);
       }
-      int64_t row = flatIndex(d.sides.out, w.sizes, c) / d.block - rowBlock0;
-      int64_t col = flatIndex(d.sides.in, w.sizes, c) / d.block - colBlock0;
-      float product = float(e4m3ToDouble(values[i])) *
-                      scales[size_t((expert * rows + row) * cols + col)];
+      int64_t outIndex = flatIndex(d.sides.out, w.sizes, c),
+              inIndex = flatIndex(d.sides.in, w.sizes, c);
       int64_t at = d.target.base;
       for (size_t a = 0; a < c.size(); ++a)
         at += (c[a] - d.target.lo[a]) * d.target.stride[a];
-      storeValue(product, t.dtype, job.materialized.data() + at * size);
-      for (size_t a = c.size(); a-- > 0;) {
+      for (int64_t j = 0; j < run; ++j) {
+        int64_t row = (outIndex + j * outStep) / d.block - rowBlock0;
+        int64_t col = (inIndex + j * inStep) / d.block - colBlock0;
+        float product =
+            e4m3[values[i + size_t(j)]] *
+            scales[size_t(((expert + j * expertStep) * rows + row) * cols +
+                          col)];
+        uint8_t *dst = out + (at + j * stride) * size;
+        if (t.dtype == DType::BF16) { // storeValue's rounding, for a float
+          uint16_t h = floatToBf16(product);
+          std::memcpy(dst, &h, 2);
+        } else {
+          storeValue(product, t.dtype, dst);
+        }
+      }
+      for (size_t a = last; a-- > 0;) {
         if (++c[a] < d.target.lo[a] + d.target.count[a])
           break;
         c[a] = d.target.lo[a];
