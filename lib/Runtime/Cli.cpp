@@ -174,6 +174,23 @@ cli::Option cli::integerOption(std::string name, int64_t min, int64_t max,
       });
 }
 
+cli::Option cli::choiceOption(std::string name, std::vector<std::string> words,
+                              std::function<void(size_t)> set) {
+  return valueOption(
+      {name}, [=](const std::string &v) -> std::optional<std::string> {
+        auto it = std::find(words.begin(), words.end(), v);
+        if (it != words.end()) {
+          set(size_t(it - words.begin()));
+          return std::nullopt;
+        }
+        std::string list;
+        for (size_t i = 0; i < words.size(); ++i)
+          list += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") +
+                  words[i];
+        return name + " takes " + list;
+      });
+}
+
 cli::Option
 cli::keyValueOption(std::string name,
                     std::function<void(std::string, std::string)> set) {

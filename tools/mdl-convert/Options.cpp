@@ -6,6 +6,7 @@
 #include "mdl/Runtime/CheckpointDir.h"
 #include "mdl/Runtime/Progress.h"
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 
@@ -154,13 +155,8 @@ cli::Parsed convert::parseCommandLine(int argc, char **argv, Options &o) {
           }),
       cli::nonEmptyOption("--config", "a file",
                           [&](const std::string &v) { o.configGiven = v; }),
-      cli::valueOption({"--format"},
-                       [&](const std::string &v) -> Result {
-                         if (v != "safetensors" && v != "native")
-                           return "--format takes safetensors or native";
-                         o.safetensorsOut = v == "safetensors";
-                         return std::nullopt;
-                       }),
+      cli::choiceOption("--format", {"safetensors", "native"},
+                        [&](size_t i) { o.safetensorsOut = i == 0; }),
       cli::valueOption({"--iteration"},
                        [&](const std::string &v) -> Result {
                          if (v.empty())
@@ -182,23 +178,14 @@ cli::Parsed convert::parseCommandLine(int argc, char **argv, Options &o) {
                          o.maxShard = *n;
                          return std::nullopt;
                        }),
-      cli::valueOption({"--dtype"},
-                       [&](const std::string &v) -> Result {
-                         if (v != "bf16" && v != "fp16" && v != "fp32")
-                           return "--dtype takes bf16, fp16 or fp32";
-                         o.castTo = v == "bf16"   ? DType::BF16
-                                    : v == "fp16" ? DType::F16
-                                                  : DType::F32;
-                         return std::nullopt;
-                       }),
+      cli::choiceOption("--dtype", {"bf16", "fp16", "fp32"},
+                        [&](size_t i) {
+                          o.castTo = std::array{DType::BF16, DType::F16,
+                                                DType::F32}[i];
+                        }),
       cli::flag({"--dry-run"}, o.dryRun),
-      cli::valueOption({"--io"},
-                       [&](const std::string &v) -> Result {
-                         if (v != "direct" && v != "buffered")
-                           return "--io takes direct or buffered";
-                         o.directIO = v == "direct";
-                         return std::nullopt;
-                       }),
+      cli::choiceOption("--io", {"direct", "buffered"},
+                        [&](size_t i) { o.directIO = i == 0; }),
       // Read by main(), which starts the processes.
       cli::flag({"--ranks-from-env"}, [] {}),
       cli::integerOption("--threads", 1, kMaxAxisSize,

@@ -103,6 +103,10 @@ Option nonEmptyOption(std::string name, std::string what,
 /// is out of bounds or not a decimal integer.
 Option integerOption(std::string name, int64_t min, int64_t max,
                      std::function<void(int64_t)> set);
+/// An option taking one of `words`: `set` gets its index; "NAME takes A, B
+/// or C" otherwise.
+Option choiceOption(std::string name, std::vector<std::string> words,
+                    std::function<void(size_t)> set);
 /// --set or --choice: KEY=VALUE, "NAME takes KEY=VALUE" otherwise.
 Option keyValueOption(std::string name,
                       std::function<void(std::string, std::string)> set);
