@@ -139,6 +139,7 @@ layoutEntry
       ('by' name)? replicateClause? ';'                            # shardEntry
   | 'derived' STRING 'from' qualifiedName (',' qualifiedName)*
       recomputeClause? whenClause? ';'                             # derivedEntry
+  | 'buffer' STRING whenClause? ';'                                # bufferEntry
   | letDecl                                                        # layoutLet
   | 'choice' name '=' expr ';'                                     # choiceDefault
   ;
@@ -235,7 +236,7 @@ name
   | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'scale' | 'pipeline' | 'extends'
-  | 'from' | 'dtype' | 'choice' | 'deploy' | 'detect'
+  | 'from' | 'dtype' | 'choice' | 'deploy' | 'detect' | 'buffer'
   ;
 
 INT     : [0-9]+ ;

@@ -518,6 +518,9 @@ void Dumper::decl(const Decl *d) {
           os << " recompute";
           names(dv->recompute, " ");
         }
+      } else if (auto *bf = dyn_cast<BufferEntry>(e.get())) {
+        os << "Buffer \"" << bf->name << "\"";
+        optional(" when ", bf->when.get());
       } else if (auto *ch = dyn_cast<ChoiceDefaultEntry>(e.get())) {
         os << "ChoiceDefault " << ch->name.name << " = ";
         expr(ch->value.get());

@@ -786,6 +786,12 @@ void CheckSession::checkCheckpoint(
     skipped += checkpoint->count(name);
   if (skipped)
     sum.note += ", " + std::to_string(skipped) + " left out by the overrides";
+  size_t buffers = 0;
+  for (const std::string &name : best->layout.buffers)
+    buffers += checkpoint->count(name);
+  if (buffers)
+    sum.note += ", " + std::to_string(buffers) + " buffer" +
+                (buffers > 1 ? "s" : "");
   if (!detected.empty())
     sum.note += ", " + detected;
   sums.push_back(std::move(sum));

@@ -180,7 +180,8 @@ public:
                at(t));
     }
     for (const auto &entry : ckpt)
-      if (!names.count(entry.first) && !dropped.count(entry.first))
+      if (!names.count(entry.first) && !dropped.count(entry.first) &&
+          !bound.layout.buffers.count(entry.first))
         unexpected.insert(entry.first);
 
     reportAbsentParts(*rootOf());

@@ -428,6 +428,9 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
       out.derived.push_back({d.getDerivedName().str(), strings(d.getSources()),
                              d.getRecompute().has_value(), std::move(recompute),
                              fnOrNone(d.getWhen()), where(d)});
+    } else if (auto b = dyn_cast<BufferOp>(op)) {
+      out.buffers.push_back(
+          {b.getBufferName().str(), fnOrNone(b.getWhen()), where(b)});
     } else if (auto c = dyn_cast<ChoiceDefaultOp>(op)) {
       out.choiceDefaults.push_back(
           {c.getChoice().str(), fn(c.getValue()), where(c)});

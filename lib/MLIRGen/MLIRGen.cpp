@@ -753,6 +753,9 @@ void Generator::layout(const LayoutDecl *d) {
       auto op = builder.create<DerivedOp>(
           l, dv->name, builder.getStrArrayAttr(srcRefs), recompute);
       yieldOptional(op.getWhen(), dv->when.get());
+    } else if (auto *bf = dyn_cast<BufferEntry>(entry.get())) {
+      auto op = builder.create<BufferOp>(l, bf->name);
+      yieldOptional(op.getWhen(), bf->when.get());
     } else if (auto *ch = dyn_cast<ChoiceDefaultEntry>(entry.get())) {
       auto op = builder.create<ChoiceDefaultOp>(l, ch->name.name);
       yieldRegion(op.getValue(), {ch->value.get()});

@@ -65,7 +65,8 @@ bool isContextualKeyword(StringRef w) {
       "split",      "derived",  "recompute", "fallback", "example", "mesh",
       "class",      "capability", "needs", "replicate", "on",    "by",
       "column",     "row",      "vocab",  "shard",  "replicated", "bias",
-      "scale",      "pipeline", "extends", "from",  "dtype",   "choice"};
+      "scale",      "pipeline", "extends", "from",  "dtype",   "choice",
+      "buffer"};
   return words.contains(w);
 }
 

@@ -864,6 +864,14 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
       e->when = expr(x->whenClause()->expr());
     return e;
   }
+  if (auto *x = dynamic_cast<P::BufferEntryContext *>(c)) {
+    auto e = std::make_unique<BufferEntry>(r);
+    e->name = unquote(x->STRING());
+    e->nameRange = range(x->STRING());
+    if (x->whenClause())
+      e->when = expr(x->whenClause()->expr());
+    return e;
+  }
   if (auto *x = dynamic_cast<P::ChoiceDefaultContext *>(c))
     return std::make_unique<ChoiceDefaultEntry>(ident(x->name()),
                                                 expr(x->expr()), r);

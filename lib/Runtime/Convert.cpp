@@ -471,7 +471,8 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
     }
   }
   for (const auto &[name, ref] : ckpt->tensors())
-    if (!expected.count(name) && !dropped.count(name)) {
+    if (!expected.count(name) && !dropped.count(name) &&
+        !from.layout().buffers.count(name)) {
       error = "the checkpoint of rank " + std::to_string(rank) +
               " holds tensor '" + name + "', which " + from.layout().model +
               " on " + from.layout().backend + " does not describe there";

@@ -1068,6 +1068,15 @@ private:
     out.tensorNodes.push_back(element ? element : &node);
   }
 
+  /// `name` under the mount `prefix` (layer numbers as the layout's).
+  static std::string prefixed(const std::vector<NameSegment> &prefix,
+                              const std::string &name) {
+    std::string p;
+    for (const NameSegment &seg : prefix)
+      p += seg.kind == NameSegment::Text ? seg.text : std::to_string(seg.layer);
+    return p.empty() ? name : p + "." + name;
+  }
+
   void bindNode(Instance &node, const std::vector<NameSegment> &prefix) {
     const LayoutDecl *layout = layoutFor(node);
     if (!layout && !node.params.empty())
@@ -1078,6 +1087,12 @@ private:
           node.module->where,
           {{node.module->where, "first used by " + node.describe()}}};
     if (layout) {
+      for (const BufferDecl &b : layout->buffers)
+        if (at(b.where, [&] {
+              return evalOne(node, b.when, Value::boolean(true), nullptr,
+                             choices.get());
+            }).i)
+          out.layout.buffers.insert(prefixed(prefix, b.name));
       for (const DerivedDecl &d : layout->derived) {
         if (!at(d.where, [&] {
               return evalOne(node, d.when, Value::boolean(true), nullptr,
@@ -1085,11 +1100,7 @@ private:
             }).i)
           continue;
         ModelLayout::DerivedTensor dt;
-        std::string p;
-        for (const NameSegment &seg : prefix)
-          p += seg.kind == NameSegment::Text ? seg.text
-                                             : std::to_string(seg.layer);
-        dt.name = p.empty() ? d.name : p + "." + d.name;
+        dt.name = prefixed(prefix, d.name);
         for (const std::string &s : d.sources) {
           int index = findParam(node, s);
           if (index >= 0)

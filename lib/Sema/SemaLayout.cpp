@@ -364,6 +364,14 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
                          << "' (known: load, update)";
       if (d->when)
         expect(d->when.get(), env, Type::get(Type::Bool), "a when condition");
+    } else if (auto *b = dyn_cast<BufferEntry>(entry.get())) {
+      // A buffer is named as written, under the module's mount.
+      if (b->name.empty() || b->name.find_first_of("{}") != std::string::npos)
+        error(b->nameRange.Start)
+            << "a buffer's name is plain text, not empty and without "
+               "placeholders";
+      if (b->when)
+        expect(b->when.get(), env, Type::get(Type::Bool), "a when condition");
     } else if (auto *ch = dyn_cast<ChoiceDefaultEntry>(entry.get())) {
       checkChoiceDefault(*l, *mit->second, scope, *ch, choiceDefaults);
     } else {

@@ -5,11 +5,10 @@ Written directly from the layout facts (docs/research/layout-facts.md, the
 frameworks' weight loaders), with numpy slicing and concatenation: nothing
 here reads the compiler's IR or plans. Given an HF checkpoint, its config
 and a parallel configuration, it builds every tensor of a rank of
-mcore_te, mcore_local or vllm for the models of the library (qwen3,
-qwen3_moe, qwen3_5, qwen3_5_moe), and compares them byte for byte with the
-files mdl-convert wrote: Megatron's torch layout (read with pickle and
-zipfile, no torch) or per-rank safetensors, in the rank directories
-Megatron's ranks load.
+mcore_te, mcore_local or vllm for the models of the library, and compares
+them byte for byte with the files mdl-convert wrote: Megatron's torch
+layout (read with pickle and zipfile, no torch) or per-rank safetensors, in
+the rank directories Megatron's ranks load.
 
   reference.py HF_DIR OUT_DIR --model M --backend B --tp N --pp N --ep N --etp N
 """
@@ -238,7 +237,9 @@ class Reference:
                                self.text.get("tie_word_embeddings", False))
         self.out = {}
         self.moe = "num_experts" in self.text or "n_routed_experts" in self.text
-        self.glm = model.startswith("glm4") or model == "deepseek_v3"
+        # GLM-4.5's layout: DeepSeek-V3 and Kimi-K2 (DeepSeek-V3's tensors
+        # under another config) share it.
+        self.glm = model.startswith("glm4") or model in ("deepseek_v3", "kimi_k2")
         # Qwen3.8: hyper-connections, no norms, mcore-bridge's layouts.
         self.q38 = model == "qwen3_8"
         self.mcore = backend.startswith("mcore")

@@ -486,7 +486,7 @@ struct TensorOption {
 };
 
 struct LayoutEntryKinds {
-  enum Kind { Tensor, Mount, Shard, Derived, Let, ChoiceDefault };
+  enum Kind { Tensor, Mount, Shard, Derived, Buffer, Let, ChoiceDefault };
 };
 class LayoutEntry : public Node<LayoutEntryKinds> {
 public:
@@ -550,6 +550,16 @@ struct DerivedEntry : LayoutEntry {
   bool hasRecompute = false;
   ExprPtr when;
   static bool classof(const LayoutEntry *e) { return e->getKind() == Derived; }
+};
+
+/// `buffer "rotary_emb.inv_freq";`: a tensor checkpoints of the backend may
+/// hold that is no parameter (a persistent buffer the framework recomputes).
+struct BufferEntry : LayoutEntry {
+  BufferEntry(SMRange r) : LayoutEntry(Buffer, r) {}
+  std::string name;
+  SMRange nameRange;
+  ExprPtr when;
+  static bool classof(const LayoutEntry *e) { return e->getKind() == Buffer; }
 };
 
 struct LayoutLetEntry : LayoutEntry {

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,10 @@ struct ModelLayout {
     int source = -1;
   };
   std::vector<DerivedTensor> derived;
+
+  /// Tensors a checkpoint may hold that are no parameters (persistent
+  /// buffers the framework recomputes): read past, never written.
+  std::set<std::string> buffers;
 
   /// The storage variants the layout was bound with (`expert_storage`).
   std::map<std::string, std::string> choices;

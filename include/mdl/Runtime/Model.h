@@ -228,6 +228,13 @@ struct DerivedDecl {
   std::string where;
 };
 
+/// A tensor checkpoints of a backend may hold that is no parameter.
+struct BufferDecl {
+  std::string name;
+  Expr when = nullptr;
+  std::string where;
+};
+
 struct LayoutDecl {
   std::string module;
   std::optional<std::string> mount;
@@ -236,6 +243,7 @@ struct LayoutDecl {
   std::vector<MountDecl> mounts;
   std::vector<ShardDecl> shards;
   std::vector<DerivedDecl> derived;
+  std::vector<BufferDecl> buffers;
   /// A model's layout: the defaults of backend choices for the model.
   struct ChoiceDefault {
     std::string choice;

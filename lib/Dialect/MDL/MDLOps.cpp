@@ -490,8 +490,8 @@ LogicalResult LayoutOp::verify() {
     return emitOpError() << "describes unknown module '" << getModule()
                          << "'";
   for (Operation &op : getBodyBlock())
-    if (!isa<TensorOp, MountOp, ShardOp, DerivedOp, LetOp, ChoiceDefaultOp>(
-            op))
+    if (!isa<TensorOp, MountOp, ShardOp, DerivedOp, BufferOp, LetOp,
+             ChoiceDefaultOp>(op))
       return op.emitOpError("cannot appear in a layout");
   return success();
 }

@@ -499,6 +499,9 @@ void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
        << stringList(d.sources) << ", " << (d.hasRecompute ? "true" : "false")
        << ", " << stringList(d.recompute) << ", " << call(d.when) << ", "
        << quote(d.where) << "});\n";
+  for (const rt::BufferDecl &b : l.buffers)
+    os << "    l.buffers.push_back({" << quote(b.name) << ", " << call(b.when)
+       << ", " << quote(b.where) << "});\n";
   for (const rt::LayoutDecl::ChoiceDefault &c : l.choiceDefaults)
     os << "    l.choiceDefaults.push_back({" << quote(c.choice) << ", "
        << call(c.value) << ", " << quote(c.where) << "});\n";

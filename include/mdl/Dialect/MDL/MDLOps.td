@@ -349,6 +349,18 @@ def MDL_DerivedOp : MDL_Op<"derived", [HasParent<"LayoutOp">]> {
   }];
 }
 
+def MDL_BufferOp : MDL_Op<"buffer", [HasParent<"LayoutOp">]> {
+  let summary = "a tensor checkpoints may hold that is no parameter";
+  let description = [{
+    A persistent buffer a framework recomputes when it loads (the rotary
+    `inv_freq` some releases ship): a checkpoint of the backend may hold it,
+    with any shape and dtype; tools read past it and never write it.
+  }];
+  let arguments = (ins StrAttr:$bufferName);
+  let regions = (region AnyRegion:$when);
+  let assemblyFormat = "$bufferName (`when` $when^)? attr-dict";
+}
+
 //===----------------------------------------------------------------------===//
 // Backend profiles
 //===----------------------------------------------------------------------===//
