@@ -2,8 +2,8 @@
 
 #include "mdl/Evaluate/Check.h"
 
-#include "mdl/Runtime/Detect.h"
-#include "mdl/Runtime/LayoutCheck.h"
+#include "mdl/Runtime/Model/Detect.h"
+#include "mdl/Runtime/Model/LayoutCheck.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringExtras.h"
@@ -559,15 +559,9 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
   auto where = [&](const std::string &cfg) {
     return cfg.empty() ? label : label.empty() ? cfg : cfg + " " + label;
   };
-  std::optional<rt::BoundLayout> bm;
-  {
-    TagErrors tag(*model.getContext(), "bind");
-    bm = bindTo(inst, backend, combo, model.getLoc());
-  }
-  if (!bm) {
-    ok = false;
+  std::optional<rt::BoundLayout> bm = bindChecked(model, inst, backend, combo);
+  if (!bm)
     return;
-  }
   const rt::ModelLayout &layout = bm->layout;
   auto at = [&](int source) -> Location {
     return source >= 0 ? locationOf(bm->sources[size_t(source)], model.getLoc())
@@ -707,22 +701,19 @@ void CheckSession::checkDeploy(
   std::string b = deploy.getBackend().str();
   if (!opts.backends.empty() && !llvm::is_contained(opts.backends, b))
     return;
-  std::optional<rt::BoundLayout> bm;
+  const rt::BackendDecl *backend;
   {
     TagErrors tag(*model.getContext(), "bind");
-    const rt::BackendDecl *backend = decls.backend(b, deploy.getLoc());
-    if (!backend) {
-      ok = false;
-      return;
-    }
-    bm = bindTo(inst, *backend,
-                choiceCombinations(inst, *backend, choices).front(),
-                model.getLoc());
+    backend = decls.backend(b, deploy.getLoc());
   }
-  if (!bm) {
+  if (!backend) {
     ok = false;
     return;
   }
+  std::optional<rt::BoundLayout> bm = bindChecked(
+      model, inst, *backend, choiceCombinations(inst, *backend, choices).front());
+  if (!bm)
+    return;
   std::map<std::string, std::vector<int64_t>> grid;
   for (NamedAttribute a : deploy.getAxes()) {
     ArrayRef<int64_t> values = cast<DenseI64ArrayAttr>(a.getValue()).asArrayRef();
@@ -740,20 +731,28 @@ void CheckSession::checkDeploy(
   }
 }
 
+std::optional<rt::BoundLayout>
+CheckSession::bindChecked(ModuleDeclOp model, rt::Model &inst,
+                          const rt::BackendDecl &backend,
+                          const std::map<std::string, std::string> &choices) {
+  std::optional<rt::BoundLayout> bound;
+  {
+    TagErrors tag(*model.getContext(), "bind");
+    bound = bindTo(inst, backend, choices, model.getLoc());
+  }
+  ok = ok && bound;
+  return bound;
+}
+
 void CheckSession::checkCheckpoint(
     ModuleDeclOp model, rt::Model &inst, rt::Model *held,
     const rt::BackendDecl &backend, const std::string &configPath,
     const std::map<std::string, std::string> &choices,
     const std::string &detected) {
-  std::optional<rt::BoundLayout> best;
-  {
-    TagErrors tag(*model.getContext(), "bind");
-    best = bindTo(inst, backend, choices, model.getLoc());
-  }
-  if (!best) {
-    ok = false;
+  std::optional<rt::BoundLayout> best =
+      bindChecked(model, inst, backend, choices);
+  if (!best)
     return;
-  }
   // The tensors of stack elements the overrides leave out are skipped.
   std::set<std::string> dropped;
   std::string ignored;

@@ -3,9 +3,9 @@
 #include "mdl/Evaluate/Checkpoint.h"
 #include "mdl/Evaluate/Engine.h"
 
-#include "mdl/Runtime/Checkpoint.h"
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/File.h"
+#include "mdl/Runtime/Checkpoint/Checkpoint.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Base/File.h"
 
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringExtras.h"

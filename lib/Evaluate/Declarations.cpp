@@ -185,6 +185,25 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
       out.values.push_back(
           {name.str(), kind, std::move(e), std::move(factors), where(&op)});
     };
+    // What parameters and linears declare alike: the expert axis that
+    // leads their axes, name, dtype, condition and place.
+    auto expertAxis = [&](auto decl) {
+      SmallVector<Attribute> axes;
+      if (auto e = decl.getExpertAttr())
+        axes.push_back(ArrayAttr::get(m.getContext(), {e}));
+      return axes;
+    };
+    auto declareParam = [&](auto decl) -> rt::ParamDecl & {
+      rt::ParamDecl &d = out.params.emplace_back();
+      d.name = decl.getSymName().str();
+      if (auto e = decl.getExpert())
+        d.expert = e->str();
+      if (auto t = decl.getDtype())
+        d.dtype = toDType(*t);
+      d.cond = fnOrNone(decl.getCond());
+      d.where = where(decl);
+      return d;
+    };
     TypeSwitch<Operation *>(&op)
         .Case<InputOp>([&](InputOp in) {
           value(rt::ValueDecl::Input, in.getSymName(),
@@ -217,48 +236,29 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
         .Case<DefaultDTypeOp>(
             [&](DefaultDTypeOp d) { out.defaultDType = fn(d.getValue()); })
         .Case<ParamOp>([&](ParamOp p) {
-          SmallVector<Attribute> axes;
-          if (auto e = p.getExpertAttr())
-            axes.push_back(ArrayAttr::get(m.getContext(), {e}));
+          SmallVector<Attribute> axes = expertAxis(p);
           axes.append(p.getShape().begin(), p.getShape().end());
-          rt::ParamDecl &d = out.params.emplace_back();
-          d.name = p.getSymName().str();
+          rt::ParamDecl &d = declareParam(p);
           d.axes = axesOf(m, axes);
-          if (auto e = p.getExpert())
-            d.expert = e->str();
-          if (auto t = p.getDtype())
-            d.dtype = toDType(*t);
           style(m, p.getStyleAttr(), d);
-          d.cond = fnOrNone(p.getCond());
-          d.where = where(p);
         })
         .Case<LinearOp>([&](LinearOp l) {
-          SmallVector<Attribute> lead;
-          if (auto e = l.getExpertAttr())
-            lead.push_back(ArrayAttr::get(m.getContext(), {e}));
           // The weight is [out..., in...], as torch stores it.
-          SmallVector<Attribute> weight(lead), bias(lead);
+          SmallVector<Attribute> weight = expertAxis(l), bias = weight;
           weight.append(l.getOut().begin(), l.getOut().end());
           weight.append(l.getIn().begin(), l.getIn().end());
           bias.append(l.getOut().begin(), l.getOut().end());
-          rt::ParamDecl &d = out.params.emplace_back();
-          d.name = l.getSymName().str();
+          rt::ParamDecl &d = declareParam(l);
           d.linear = true;
           d.outAxes = int(l.getOut().size());
           d.axes = axesOf(m, weight);
           d.biasAxes = axesOf(m, bias);
-          if (auto e = l.getExpert())
-            d.expert = e->str();
-          if (auto t = l.getDtype())
-            d.dtype = toDType(*t);
           style(m, l.getStyle(), d);
           if (l.getBias()) {
             d.bias = true;
             d.biasCond = fnOrNone(l.getBiasCond());
           }
           d.scaleBlock = fnOrNone(l.getScaleBlock());
-          d.cond = fnOrNone(l.getCond());
-          d.where = where(l);
         })
         .Case<InstanceOp, StackOp>(
             [&](Operation *c) { out.children.push_back(child(m, c)); })

@@ -2,7 +2,7 @@
 
 #include "mdl/Evaluate/Engine.h"
 #include "mdl/Evaluate/Interpreter.h"
-#include "mdl/Runtime/Cli.h"
+#include "mdl/Runtime/Base/Cli.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/SmallString.h"

@@ -11,7 +11,7 @@
 
 #include "mdl/Dialect/MDL/MDLOps.h"
 #include "mdl/Parse/Parser.h"
-#include "mdl/Runtime/DType.h"
+#include "mdl/Runtime/Base/DType.h"
 #include "mdl/Sema/Sema.h"
 
 #include "mlir/IR/Builders.h"

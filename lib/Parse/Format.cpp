@@ -14,7 +14,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mdl/Parse/Format.h"
 #include "mdl/Parse/Parser.h"
 
 #include "MDLLexer.h"

@@ -2,7 +2,7 @@
 
 #include "mdl/Parse/Parser.h"
 #include "mdl/Sema/Sema.h"
-#include "mdl/Runtime/File.h"
+#include "mdl/Runtime/Base/File.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"

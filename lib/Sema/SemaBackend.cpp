@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "SemaInternal.h"
-#include "mdl/Runtime/Parallel.h"
+#include "mdl/Runtime/Base/Parallel.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"

@@ -6,8 +6,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "SemaInternal.h"
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/Parallel.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Base/Parallel.h"
 
 #include "llvm/ADT/STLExtras.h"
 

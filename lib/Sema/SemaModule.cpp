@@ -6,9 +6,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "SemaInternal.h"
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/Parallel.h"
-#include "mdl/Runtime/Value.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Base/Parallel.h"
+#include "mdl/Runtime/Base/Value.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"

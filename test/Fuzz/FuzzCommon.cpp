@@ -4,7 +4,7 @@
 
 #include "Commands.h"
 
-#include "mdl/Runtime/Checkpoint.h"
+#include "mdl/Runtime/Checkpoint/Checkpoint.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -66,6 +66,15 @@ void mdl::fuzz::makeConfigDir(const std::string &dir) {
   fs::create_directory(dir);
   fs::copy_file(MDL_SOURCE_DIR "/test/Fuzz/rank-dir/config.json",
                 fs::path(dir) / "config.json");
+}
+
+std::string mdl::fuzz::writeInput(const std::string &path, const uint8_t *data,
+                                  size_t size, const std::string &configDir) {
+  enterScratch();
+  if (!configDir.empty())
+    makeConfigDir(configDir);
+  writeFile(path, data, size);
+  return path;
 }
 
 int mdl::fuzz::runMdlc(const std::vector<std::string> &args) {

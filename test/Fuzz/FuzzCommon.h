@@ -29,6 +29,11 @@ void removeTree(const std::string &path);
 /// tiny qwen3 of test/Fuzz/rank-dir in it, once a process: the harness
 /// writes its input beside that config.
 void makeConfigDir(const std::string &dir);
+/// Enters the scratch directory and writes the input `data` there at
+/// `path`; with `configDir`, beside the tiny qwen3's config.json in it (see
+/// makeConfigDir). Returns `path`.
+std::string writeInput(const std::string &path, const uint8_t *data,
+                       size_t size, const std::string &configDir = "");
 /// Runs mdlc with `args` (its diagnostics discarded); its exit code.
 int runMdlc(const std::vector<std::string> &args);
 /// Checks models/qwen3.mdl on hf against `path`, given with `option`

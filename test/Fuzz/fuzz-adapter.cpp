@@ -9,9 +9,8 @@
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::enterScratch();
-  fuzz::makeConfigDir("adapters");
-  fuzz::writeFile("adapters/adapter_model.safetensors", data, size);
+  fuzz::writeInput("adapters/adapter_model.safetensors", data, size,
+                   "adapters");
   fuzz::runConvert({"--model", "qwen3", "--from", "hf", "--to", "mcore_te",
                     "--tp", "2", "--adapters", "adapters", "out"});
   fuzz::removeTree("out");

@@ -9,8 +9,7 @@
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::enterScratch();
-  fuzz::writeFile("config.json", data, size);
+  fuzz::writeInput("config.json", data, size);
   fuzz::runMdlc({"check", "models/qwen3_moe.mdl", "--hf-config", "config.json",
                  "--grid", "tp=1,2", "ep=1,2"});
   fuzz::runConvert({"--model", "qwen3_moe", "--from", "hf", "--to", "mcore_te",

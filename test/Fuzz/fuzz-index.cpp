@@ -5,8 +5,8 @@
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::enterScratch();
-  fuzz::writeFile("model.safetensors.index.json", data, size);
-  fuzz::checkQwen3Hf("--hf-index", "model.safetensors.index.json");
+  fuzz::checkQwen3Hf("--hf-index", fuzz::writeInput(
+                                       "model.safetensors.index.json", data,
+                                       size));
   return 0;
 }

@@ -5,8 +5,7 @@
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::enterScratch();
-  fuzz::writeFile("inventory.tsv", data, size);
-  fuzz::checkQwen3Hf("--hf-inventory", "inventory.tsv");
+  fuzz::checkQwen3Hf("--hf-inventory",
+                     fuzz::writeInput("inventory.tsv", data, size));
   return 0;
 }

@@ -8,9 +8,7 @@
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::enterScratch();
-  fuzz::makeConfigDir("backend");
-  fuzz::writeFile("backend/plan.json", data, size);
+  fuzz::writeInput("backend/plan.json", data, size, "backend");
   fuzz::runConvert({"--model", "qwen3", "--from", "mcore_te", "--to", "hf",
                     "--dry-run", "backend", "out"});
   fuzz::runConvert({"--model", "qwen3", "--from", "mcore_te", "--to", "vllm",

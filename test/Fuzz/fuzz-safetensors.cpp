@@ -9,9 +9,7 @@
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::enterScratch();
-  fuzz::makeConfigDir("hf");
-  fuzz::writeFile("hf/model.safetensors", data, size);
+  fuzz::writeInput("hf/model.safetensors", data, size, "hf");
   fuzz::checkQwen3Hf("--hf-dir", "hf");
   fuzz::readCheckpoint("hf/model.safetensors");
   fuzz::runConvert(

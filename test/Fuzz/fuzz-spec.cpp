@@ -8,8 +8,7 @@
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::enterScratch();
-  fuzz::writeFile("models/input.mdl", data, size);
+  fuzz::writeInput("models/input.mdl", data, size);
   fuzz::runMdlc({"check", "models/input.mdl", "--grid", "tp=1,2", "pp=1,2"});
   return 0;
 }

@@ -10,8 +10,6 @@
 using namespace mdl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::enterScratch();
-  fuzz::writeFile("model_optim_rng.pt", data, size);
-  fuzz::readCheckpoint("model_optim_rng.pt");
+  fuzz::readCheckpoint(fuzz::writeInput("model_optim_rng.pt", data, size));
   return 0;
 }

@@ -3,8 +3,8 @@
 #include "Options.h"
 #include "Processes.h"
 
-#include "mdl/Runtime/CheckpointDir.h"
-#include "mdl/Runtime/Progress.h"
+#include "mdl/Runtime/Convert/CheckpointFiles.h"
+#include "mdl/Runtime/Convert/Progress.h"
 
 #include <array>
 #include <cstdio>

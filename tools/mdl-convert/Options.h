@@ -10,10 +10,10 @@
 #ifndef MDL_CONVERT_OPTIONS_H
 #define MDL_CONVERT_OPTIONS_H
 
-#include "mdl/Runtime/Adapter.h"
-#include "mdl/Runtime/Cli.h"
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/Generated.h"
+#include "mdl/Runtime/Convert/Adapter.h"
+#include "mdl/Runtime/Base/Cli.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Model/Generated.h"
 
 #include <cstdint>
 #include <map>

@@ -2,7 +2,7 @@
 
 #include "Processes.h"
 
-#include "mdl/Runtime/Parallel.h"
+#include "mdl/Runtime/Base/Parallel.h"
 
 #include <algorithm>
 #include <chrono>

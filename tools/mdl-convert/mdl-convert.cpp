@@ -15,18 +15,17 @@
 #include "Options.h"
 #include "Processes.h"
 
-#include "mdl/Runtime/Adapter.h"
-#include "mdl/Runtime/Checkpoint.h"
-#include "mdl/Runtime/CheckpointLayout.h"
-#include "mdl/Runtime/Cli.h"
-#include "mdl/Runtime/CheckpointDir.h"
-#include "mdl/Runtime/Convert.h"
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/Detect.h"
-#include "mdl/Runtime/File.h"
-#include "mdl/Runtime/Json.h"
-#include "mdl/Runtime/Progress.h"
-#include "mdl/Runtime/Lora.h"
+#include "mdl/Runtime/Convert/Adapter.h"
+#include "mdl/Runtime/Checkpoint/Checkpoint.h"
+#include "mdl/Runtime/Base/Cli.h"
+#include "mdl/Runtime/Convert/CheckpointFiles.h"
+#include "mdl/Runtime/Convert/Convert.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Model/Detect.h"
+#include "mdl/Runtime/Base/File.h"
+#include "mdl/Runtime/Base/Json.h"
+#include "mdl/Runtime/Convert/Progress.h"
+#include "mdl/Runtime/Model/Lora.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -287,7 +286,7 @@ private:
   std::shared_ptr<Checkpoint> hfInput;
   std::string detected;
   /// A backend source's rank files.
-  std::optional<SourceLayout> sourceFiles;
+  std::optional<SourceFiles> sourceFiles;
   std::map<std::string, std::shared_ptr<Checkpoint>> opened;
 
   /// The model as asked, bound to both sides; `heldFrom` binds the model
@@ -303,7 +302,6 @@ private:
   bool adaptersToHf = false;
 
   std::unique_ptr<Converter> converter;
-  OutputLayout layout;
   OutputFiles output;
   std::unique_ptr<ProgressReporter> reporter;
   ConvertProgress last;
@@ -463,56 +461,31 @@ std::optional<int> Conversion::bind() {
   std::optional<HFConfig> plain = HFConfig::load(configPath, error);
   if (!plain)
     return fail(error);
-  for (const auto &[k, v] : settled)
-    plain->addOverride(k, v);
-
-  // The model as the checkpoint holds it. An HF source's storage variants
-  // and open config entries are read from its files.
-  // The config alone is checked first (its sizes bounded) before any
-  // checkpoint is read.
-  std::shared_ptr<Model> held = Model::create(any->model, *plain, error);
-  if (!held)
-    return fail(error);
-  {
-    // Sizes that make the layout unlistable (tensor families too large).
-    std::string ignored; // binding errors are reported with the choices
-    if (std::unique_ptr<Binding> unsharded =
-            Binding::bind(held, *fromDecl, o.choicesGiven, ignored))
-      for (const std::string &why : unsharded->validate(ParallelConfig()))
-        return fail(why);
-  }
+  // An HF source's storage variants and open config entries are read from
+  // its files, once the config alone is known to be sound.
   const std::vector<std::pair<std::string, std::string>> &overrides =
       o.load.overrides;
-  if (o.fromName == "hf" && !o.adapters) {
+  bool detect = o.fromName == "hf" && !o.adapters;
+  std::optional<OpenedModel> opened = openModel(
+      any->model, *fromDecl, *plain, settled, overrides, sourceChoices,
+      nullptr, configPath, error);
+  if (opened && detect) {
     hfInput = Checkpoint::open(inDir, error);
     if (!hfInput)
       return fail(error);
-    std::optional<Detection> d = detectCheckpoint(
-        any->model, *fromDecl, *plain, overrides, o.choicesGiven,
+    opened = openModel(
+        any->model, *fromDecl, *plain, settled, overrides, sourceChoices,
         [&](const std::string &name) { return hfInput->find(name) != nullptr; },
-        error);
-    if (!d)
-      return fail(error);
-    held = d->model;
-    sourceChoices = d->choices;
-    settled = d->values;
-    detected = d->note;
+        configPath, error);
   }
-  // The model asked for: overrides may lower a depth (the dropped
-  // elements' tensors are skipped), never raise it.
-  HFConfig config = *plain;
-  for (const auto &[k, v] : settled)
-    config.addOverride(k, v);
-  for (const auto &[k, v] : overrides)
-    config.addOverride(k, v);
-  instance = held;
-  if (!overrides.empty()) {
-    instance = Model::create(any->model, config, error);
-    if (!instance)
-      return fail(error);
-    if (auto deeper = deeperThan(instance->root(), held->root(), configPath))
-      return fail(*deeper);
-  }
+  if (!opened)
+    return fail(error);
+  std::shared_ptr<Model> held = opened->held.model;
+  sourceChoices = opened->held.choices;
+  settled = opened->held.values;
+  detected = opened->held.note;
+  instance = opened->instance;
+  const HFConfig &config = opened->config;
   // The target's weights in another dtype: an instance whose config says
   // it (the output's config.json says it too).
   std::shared_ptr<Model> targetInstance = instance;
@@ -557,11 +530,11 @@ std::optional<int> Conversion::settleConfigurations() {
   // Rank directories (Megatron's, maybe under a tracker); a backend whose
   // ranks are files at the top (vLLM's sharded_state) is read by rank.
   std::string error;
-  if (o.fromName != "hf" && !o.adapters && !from->rankDir(source, 0).empty()) {
+  if (o.fromName != "hf" && !o.adapters) {
     sourceFiles = findRankFiles(*from, inDir, error);
     if (!sourceFiles)
       return fail(error);
-    if (!described) {
+    if (!described && !sourceFiles->rankFiles.empty()) {
       std::optional<ParallelConfig> found = inferConfig(
           *from, *sourceFiles,
           [&](const std::string &path, std::string &err) {
@@ -637,7 +610,7 @@ std::optional<int> Conversion::openSources() {
   converter->setDirectIO(o.directIO);
   std::string error;
   // Every rank that saves must be there; others may be (safetensors).
-  if (sourceFiles) {
+  if (sourceFiles && !sourceFiles->rankFiles.empty()) {
     std::set<int64_t> present;
     for (int64_t r = 0; r < Binding::numRanks(source); ++r) {
       std::string dir = from->rankDir(source, r);
@@ -651,10 +624,13 @@ std::optional<int> Conversion::openSources() {
     converter->restrictSources(present);
   }
   bool toHf = o.toName == "hf";
-  layout = outputLayout(*to, outDir, o.safetensorsOut || o.adapters || toHf,
-                        o.iteration);
-  output = planOutputFiles(*to, o.target, todo, layout.rankRoot, toHf,
-                           o.maxShard, layout.rankFile);
+  OutputFormat format;
+  format.kind = toHf ? OutputFormat::HF
+                : o.safetensorsOut || o.adapters ? OutputFormat::RankSafetensors
+                                                 : OutputFormat::Backend;
+  format.maxBytes = o.maxShard;
+  format.iteration = o.iteration;
+  output = planOutputFiles(*to, o.target, todo, outDir, format);
   if (shared && !o.adapters)
     output.files = shareOfFiles(output.files);
   std::set<int64_t> needed;
@@ -665,17 +641,14 @@ std::optional<int> Conversion::openSources() {
   for (int64_t s : needed) {
     std::shared_ptr<Checkpoint> ckpt = hfInput;
     if (!ckpt) {
-      if (sourceFiles) {
-        ckpt = openRank(sourceFiles->rankFiles.at(from->rankDir(source, s)),
-                        error);
-      } else {
-        // Ranks at the top of the checkpoint, in parts (vLLM's
-        // sharded_state).
-        std::optional<std::vector<std::string>> paths =
-            rankFiles(*from, source, s, inDir, error);
-        if (paths)
-          ckpt = Checkpoint::openFiles(*paths, error);
-      }
+      // A rank directory's file, or the parts of a rank at the top of the
+      // checkpoint (vLLM's sharded_state).
+      std::optional<std::vector<std::string>> paths =
+          sourceFiles->filesOf(*from, source, s, error);
+      if (paths)
+        ckpt = sourceFiles->rankFiles.empty()
+                   ? Checkpoint::openFiles(*paths, error)
+                   : openRank(paths->front(), error);
       if (!ckpt)
         return fail(error);
     }
@@ -718,7 +691,7 @@ std::optional<int> Conversion::writeRanks() {
     return 1;
   std::string error;
   if (!makeDir(outDir, cleanup, error) ||
-      !makeDir(layout.rankRoot, cleanup, error))
+      !makeDir(output.rankRoot, cleanup, error))
     return fail(error);
   reporter = std::make_unique<ProgressReporter>(
       o.quiet ? ProgressMode::None
@@ -757,7 +730,7 @@ std::optional<int> Conversion::writeRanks() {
         },
         [&](size_t i) { cleanup.files.push_back(output.files[i].path); },
         [&](size_t i) {
-          return makeRankWriter(output.files[i].path, layout, o.target);
+          return makeRankWriter(output.files[i].path, output, o.target);
         });
     if (!done) {
       reporter->finish(last, error);
@@ -857,8 +830,8 @@ std::optional<int> Conversion::commit() {
   std::vector<std::pair<std::string, std::string>> tops = {
       {outDir + "/config.json", configText},
       {outDir + "/plan.json", json::write(planJson(), 2) + "\n"}};
-  if (!layout.tracker.empty())
-    tops.emplace_back(layout.tracker, layout.trackerText);
+  if (!output.tracker.empty())
+    tops.emplace_back(output.tracker, output.trackerText);
   if (!output.indexPath.empty() && !o.adapters)
     tops.emplace_back(output.indexPath, output.indexText);
   for (const auto &[path, text] : tops) {

@@ -1,7 +1,7 @@
 //===- mdl-opt.cpp - Run passes on mdl dialect IR -------------------------===//
 
 #include "mdl/Dialect/MDL/MDLOps.h"
-#include "mdl/Runtime/Cli.h"
+#include "mdl/Runtime/Base/Cli.h"
 #include "mdl/Transforms/Passes.h"
 
 #include "mlir/IR/DialectRegistry.h"

@@ -10,12 +10,13 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mdl/Runtime/Checkpoint.h"
-#include "mdl/Runtime/Cli.h"
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/File.h"
-#include "mdl/Runtime/Json.h"
-#include "mdl/Runtime/Safetensors.h"
+#include "mdl/Runtime/Checkpoint/Checkpoint.h"
+#include "mdl/Runtime/Base/Cli.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Base/File.h"
+#include "mdl/Runtime/Base/Json.h"
+#include "mdl/Runtime/Checkpoint/Safetensors.h"
+#include "mdl/Runtime/Convert/SafetensorsWriter.h"
 
 #include <cerrno>
 #include <cstdint>

@@ -5,8 +5,8 @@
 #include "mdl/AST/ASTDumper.h"
 #include "mdl/Driver/Frontend.h"
 #include "mdl/Evaluate/Check.h"
-#include "mdl/Runtime/Cli.h"
-#include "mdl/Runtime/File.h"
+#include "mdl/Runtime/Base/Cli.h"
+#include "mdl/Runtime/Base/File.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringExtras.h"

@@ -5,7 +5,10 @@
 
 #include "mdl/Dialect/MDL/MDLOps.h"
 #include "mdl/Evaluate/Engine.h"
-#include "mdl/Runtime/Plan.h"
+#include "mdl/Runtime/Model/Plan.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include <cstdint>
 #include <map>
@@ -15,13 +18,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-namespace llvm {
-class SourceMgr;
-} // namespace llvm
-namespace mlir {
-class MLIRContext;
-} // namespace mlir
 
 namespace mdl {
 

@@ -2,8 +2,8 @@
 
 #include "Diagnostics.h"
 
-#include "mdl/Runtime/Cli.h"
-#include "mdl/Runtime/Json.h"
+#include "mdl/Runtime/Base/Cli.h"
+#include "mdl/Runtime/Base/Json.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Location.h"

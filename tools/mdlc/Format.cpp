@@ -2,7 +2,7 @@
 
 #include "Commands.h"
 
-#include "mdl/Parse/Format.h"
+#include "mdl/Parse/Parser.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"

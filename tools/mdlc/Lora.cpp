@@ -2,11 +2,11 @@
 
 #include "Commands.h"
 
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/Generated.h"
-#include "mdl/Runtime/Json.h"
-#include "mdl/Runtime/Lora.h"
-#include "mdl/Runtime/Report.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Model/Generated.h"
+#include "mdl/Runtime/Base/Json.h"
+#include "mdl/Runtime/Model/Lora.h"
+#include "mdl/Runtime/Model/Report.h"
 
 #include "llvm/Support/raw_ostream.h"
 

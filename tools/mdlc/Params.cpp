@@ -2,8 +2,8 @@
 
 #include "Commands.h"
 
-#include "mdl/Runtime/Json.h"
-#include "mdl/Runtime/Plan.h"
+#include "mdl/Runtime/Base/Json.h"
+#include "mdl/Runtime/Model/Plan.h"
 
 #include "llvm/Support/raw_ostream.h"
 

@@ -11,10 +11,10 @@
 #include "Commands.h"
 #include "PlanPicture.h"
 
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/Json.h"
-#include "mdl/Runtime/Plan.h"
-#include "mdl/Runtime/Report.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Base/Json.h"
+#include "mdl/Runtime/Model/Plan.h"
+#include "mdl/Runtime/Model/Report.h"
 
 #include "llvm/Support/Regex.h"
 #include "llvm/Support/raw_ostream.h"

@@ -13,8 +13,8 @@
 #ifndef MDLC_PLANPICTURE_H
 #define MDLC_PLANPICTURE_H
 
-#include "mdl/Runtime/Layout.h"
-#include "mdl/Runtime/Plan.h"
+#include "mdl/Runtime/Model/Layout.h"
+#include "mdl/Runtime/Model/Plan.h"
 
 #include <string>
 #include <vector>

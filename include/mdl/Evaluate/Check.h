@@ -13,11 +13,12 @@
 
 #include "mdl/Evaluate/Checkpoint.h"
 #include "mdl/Evaluate/Engine.h"
-#include "mdl/Runtime/Plan.h"
+#include "mdl/Runtime/Model/Plan.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -107,6 +108,12 @@ private:
                    const std::map<std::string, std::string> &choices,
                    const std::string &configPath);
   void add(Finding f, const std::string &config);
+  /// Binds `inst` to `backend` with `choices`, its errors tagged `bind`;
+  /// nothing, and the session failed, when it does not bind.
+  std::optional<rt::BoundLayout>
+  bindChecked(ModuleDeclOp model, rt::Model &inst,
+              const rt::BackendDecl &backend,
+              const std::map<std::string, std::string> &choices);
   /// Compares the checkpoint with `inst` bound with `choices`; `held` is
   /// the model as the checkpoint holds it (before overrides), `detected`
   /// what the checkpoint settled.

@@ -12,7 +12,7 @@
 #define MDL_EVALUATE_CHECKPOINT_H
 
 #include "mdl/Dialect/MDL/MDLOps.h"
-#include "mdl/Runtime/Model.h"
+#include "mdl/Runtime/Model/Model.h"
 
 #include "llvm/Support/Error.h"
 

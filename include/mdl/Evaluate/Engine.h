@@ -1,7 +1,7 @@
 //===- Engine.h - The runtime's engine, driven by the compiler -*- C++ -*-===//
 //
 // The compiler instantiates and binds models with the runtime's engine
-// (mdl/Runtime/Model.h), on the declarations the C++ emitter prints, their
+// (mdl/Runtime/Model/Model.h), on the declarations the C++ emitter prints, their
 // expressions interpreted on the IR. Its errors name spec locations
 // ("file:line:col"), which become diagnostics at those locations.
 //
@@ -11,7 +11,7 @@
 #define MDL_EVALUATE_ENGINE_H
 
 #include "mdl/Dialect/MDL/MDLOps.h"
-#include "mdl/Runtime/Generated.h"
+#include "mdl/Runtime/Model/Generated.h"
 
 #include <map>
 #include <memory>

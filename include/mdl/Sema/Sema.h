@@ -11,21 +11,15 @@
 
 #include "mdl/AST/AST.h"
 
+#include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/LogicalResult.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include <memory>
 #include <string>
 #include <vector>
-
-namespace llvm {
-class SourceMgr;
-} // namespace llvm
-
-namespace mlir {
-class MLIRContext;
-} // namespace mlir
 
 namespace mdl {
 

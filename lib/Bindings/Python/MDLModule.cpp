@@ -10,15 +10,15 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mdl/Runtime/Adapter.h"
-#include "mdl/Runtime/Checkpoint.h"
-#include "mdl/Runtime/CheckpointDir.h"
-#include "mdl/Runtime/Cli.h"
-#include "mdl/Runtime/Convert.h"
-#include "mdl/Runtime/Detect.h"
-#include "mdl/Runtime/File.h"
-#include "mdl/Runtime/Generated.h"
-#include "mdl/Runtime/Report.h"
+#include "mdl/Runtime/Convert/Adapter.h"
+#include "mdl/Runtime/Checkpoint/Checkpoint.h"
+#include "mdl/Runtime/Convert/CheckpointFiles.h"
+#include "mdl/Runtime/Base/Cli.h"
+#include "mdl/Runtime/Convert/Convert.h"
+#include "mdl/Runtime/Model/Detect.h"
+#include "mdl/Runtime/Base/File.h"
+#include "mdl/Runtime/Model/Generated.h"
+#include "mdl/Runtime/Model/Report.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -72,24 +72,18 @@ ParallelConfig parallelOf(const std::map<std::string, py::object> &given) {
     } catch (const py::cast_error &) {
       throw Error(key + " is out of range");
     }
-    if (key == "tp")
-      c.tp = n;
-    else if (key == "pp")
-      c.pp = n;
-    else if (key == "ep")
-      c.ep = n;
-    else if (key == "etp")
-      c.etp = n;
-    else if (key == "vpp")
-      c.vpp = n;
-    else if (key == "first_stage_layers")
-      c.firstStageLayers = n;
-    else if (key == "last_stage_layers")
-      c.lastStageLayers = n;
-    else
+    if (key == "first_stage_layers" || key == "last_stage_layers") {
+      (key[0] == 'f' ? c.firstStageLayers : c.lastStageLayers) = n;
+      continue;
+    }
+    auto size = std::find_if(
+        std::begin(kParallelSizes), std::end(kParallelSizes),
+        [&](const auto &named) { return key == named.first; });
+    if (size == std::end(kParallelSizes))
       throw Error("unknown parallel axis '" + key +
-                  "' (tp, pp, ep, etp, vpp, sp, first_stage_layers, "
+                  "' (tp, pp, ep, etp, cp, dp, vpp, sp, first_stage_layers, "
                   "last_stage_layers)");
+    c.*(size->second) = n;
   }
   if (std::optional<std::string> why = c.checkBounds())
     throw Error(*why);
@@ -125,38 +119,33 @@ public:
       }
     if (!unit)
       throw Error("no model named '" + name + "' is compiled in");
-    std::vector<std::pair<std::string, std::string>> settled;
-    std::shared_ptr<Model> held;
+    std::function<bool(const std::string &)> holds;
     if (!checkpoint.empty()) {
       hfCheckpoint = Checkpoint::open(checkpoint, error);
       if (!hfCheckpoint)
         throw Error(error);
-      std::optional<Detection> d = detectCheckpoint(
-          unit->model, unit->hf, *plain, overrides, choices,
-          [&](const std::string &t) { return hfCheckpoint->find(t); }, error);
-      if (!d)
-        throw Error(error);
-      held = d->model;
-      this->choices = d->choices;
-      settled = d->values;
+      holds = [&](const std::string &t) { return hfCheckpoint->find(t); };
     }
+    // Without a checkpoint the overrides are part of the config; with one,
+    // they are asked of the model it holds.
     HFConfig config = *plain;
-    for (const auto &[k, v] : settled)
-      config.addOverride(k, v);
-    for (const auto &[k, v] : overrides)
-      config.addOverride(k, v);
-    instance =
-        held && overrides.empty()
-            ? held
-            : std::shared_ptr<Model>(Model::create(unit->model, config, error));
-    if (!instance)
+    std::vector<std::pair<std::string, std::string>> asked = overrides;
+    if (!holds) {
+      for (const auto &[k, v] : overrides)
+        config.addOverride(k, v);
+      asked.clear();
+    }
+    std::optional<OpenedModel> opened =
+        openModel(unit->model, unit->hf, config, {}, asked, choices, holds,
+                  configPath, error);
+    if (!opened)
       throw Error(error);
+    std::shared_ptr<Model> held = opened->held.model;
+    instance = opened->instance;
+    this->choices = opened->held.choices;
     // Tensors of stack elements the overrides leave out are in the
     // checkpoint but not read.
-    if (held && held != instance) {
-      if (std::optional<std::string> deeper =
-              deeperThan(instance->root(), held->root(), configPath))
-        throw Error(*deeper);
+    if (held != instance) {
       heldHf = bindTo(held, "hf");
       dropped = droppedTensors(*heldHf, binding("hf"), ParallelConfig(), 0);
     }
@@ -280,10 +269,8 @@ public:
                     name_() + " on " + to + " holds it as " +
                     shapeText(it->shape) + " " +
                     std::string(safetensorsName(it->dtype)));
-      uint64_t bytes = byteSize(dtypeOf(name, dtype));
-      for (int64_t d : shape)
-        bytes *= uint64_t(d);
-      memory.push_back({name, reinterpret_cast<uint8_t *>(address), bytes});
+      memory.push_back({name, reinterpret_cast<uint8_t *>(address),
+                        numBytes(shape, dtypeOf(name, dtype))});
     }
     std::string error;
     bool ok;
@@ -344,8 +331,11 @@ public:
     bool created;
     if (!makeDirectory(outDir, created, error))
       throw Error(error);
-    OutputFiles output = planOutputFiles(hf, ParallelConfig(), {0}, outDir,
-                                         /*hfLayout=*/true, *maxShard);
+    OutputFormat format;
+    format.kind = OutputFormat::HF;
+    format.maxBytes = *maxShard;
+    OutputFiles output =
+        planOutputFiles(hf, ParallelConfig(), {0}, outDir, format);
     bool ok;
     {
       py::gil_scoped_release unlocked;
@@ -482,18 +472,25 @@ py::list models() {
 
 } // namespace
 
+/// A parallel configuration is a dict of axes in Python (`{"tp": 2}`);
+/// parallelOf() says what is wrong with one.
+template <> struct pybind11::detail::type_caster<ParallelConfig> {
+  PYBIND11_TYPE_CASTER(ParallelConfig, const_name("dict"));
+  bool load(handle src, bool) {
+    if (!py::isinstance<py::dict>(src))
+      return false;
+    value = parallelOf(src.cast<std::map<std::string, py::object>>());
+    return true;
+  }
+};
+
 PYBIND11_MODULE(_mdl, m) {
   m.doc() = "MDL's runtime: plans, LoRA tables and conversions in memory";
   m.attr("__version__") = cli::kVersion;
   py::register_exception<Error>(m, "Error", PyExc_ValueError);
   m.def("models", &models);
-  m.def("parallel_text", [](const std::map<std::string, py::object> &p) {
-    return parallelOf(p).str();
-  });
-  m.def("num_ranks", [](const std::map<std::string, py::object> &p) {
-    return numRanks(parallelOf(p));
-  });
-  using Parallel = const std::map<std::string, py::object> &;
+  m.def("parallel_text", [](const ParallelConfig &c) { return c.str(); });
+  m.def("num_ranks", [](const ParallelConfig &c) { return numRanks(c); });
   py::class_<PyModel>(m, "Model")
       .def(py::init<const std::string &, std::string,
                     const std::vector<std::pair<std::string, std::string>> &,
@@ -505,51 +502,13 @@ PYBIND11_MODULE(_mdl, m) {
       .def_property_readonly("config", &PyModel::configFile)
       .def_property_readonly("backends", &PyModel::backends)
       .def_property_readonly("params", &PyModel::params)
-      .def("validate",
-           [](PyModel &self, const std::string &b, Parallel p) {
-             return self.validate(b, parallelOf(p));
-           })
-      .def("plan_json",
-           [](PyModel &self, const std::string &b, Parallel p, int64_t rank) {
-             return self.planJson(b, parallelOf(p), rank);
-           })
-      .def("lora_json",
-           [](PyModel &self, const std::string &b, Parallel p, int64_t rank,
-              int64_t r) { return self.loraJson(b, parallelOf(p), rank, r); })
-      .def("rank_tensors",
-           [](PyModel &self, const std::string &b, Parallel p, int64_t rank) {
-             return self.rankTensors(b, parallelOf(p), rank);
-           })
-      .def("sources_of",
-           [](PyModel &self, const std::string &from, Parallel fp,
-              const std::string &to, Parallel tp, int64_t rank,
-              const std::optional<std::set<std::string>> &only) {
-             return self.sourcesOf(from, parallelOf(fp), to, parallelOf(tp),
-                                   rank, only);
-           })
-      .def("convert",
-           [](PyModel &self, const std::string &from, Parallel fp,
-              const std::map<int64_t, std::vector<TensorArg>> &sources,
-              const std::string &to, Parallel tp, int64_t rank,
-              const std::vector<TensorArg> &targets,
-              const std::optional<std::set<std::string>> &only,
-              unsigned threads) {
-             self.convert(from, parallelOf(fp), sources, to, parallelOf(tp),
-                          rank, targets, only, threads);
-           })
-      .def("planned_copies",
-           [](PyModel &self, const std::string &from, Parallel fp,
-              const std::string &to, Parallel tp, int64_t rank,
-              const std::optional<std::set<std::string>> &only) {
-             return self.plannedCopies(from, parallelOf(fp), to, parallelOf(tp),
-                                       rank, only);
-           })
-      .def("save_hf",
-           [](PyModel &self, const std::string &from, Parallel fp,
-              const std::map<int64_t, std::vector<TensorArg>> &sources,
-              const std::string &out, const std::string &maxShard,
-              unsigned threads) {
-             self.saveHf(from, parallelOf(fp), sources, out, maxShard, threads);
-           })
+      .def("validate", &PyModel::validate)
+      .def("plan_json", &PyModel::planJson)
+      .def("lora_json", &PyModel::loraJson)
+      .def("rank_tensors", &PyModel::rankTensors)
+      .def("sources_of", &PyModel::sourcesOf)
+      .def("convert", &PyModel::convert)
+      .def("planned_copies", &PyModel::plannedCopies)
+      .def("save_hf", &PyModel::saveHf)
       .def("derived", &PyModel::derived);
 }

@@ -1,7 +1,7 @@
 //===- MDLAttrs.cpp - Attributes and types of the mdl dialect -------------===//
 
 #include "mdl/Dialect/MDL/MDLOps.h"
-#include "mdl/Runtime/DType.h"
+#include "mdl/Runtime/Base/DType.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"

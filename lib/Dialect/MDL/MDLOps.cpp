@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Dialect/MDL/MDLOps.h"
-#include "mdl/Runtime/Parallel.h"
+#include "mdl/Runtime/Base/Parallel.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"

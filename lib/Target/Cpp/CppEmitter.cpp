@@ -10,8 +10,8 @@
 #include "mdl/Target/Cpp/CppEmitter.h"
 
 #include "mdl/Evaluate/Declarations.h"
-#include "mdl/Runtime/DType.h"
-#include "mdl/Runtime/Generated.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Model/Generated.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
@@ -544,7 +544,7 @@ void Emitter::printBackend(const rt::BackendDecl &b, StringRef var,
 constexpr const char *kHeaderTemplate = R"({banner}#ifndef {guard}
 #define {guard}
 
-#include "mdl/Runtime/Generated.h"
+#include "mdl/Runtime/Model/Generated.h"
 
 namespace {ns} {{
 

@@ -4,7 +4,7 @@
 // hybrid system (v1 cpu without a quota, v2 under unified/ with one), lines
 // that are not cgroups, and a tree with no files at all. usableCpus() is at
 // least 1 and at most what the machine has.
-#include "mdl/Runtime/Host.h"
+#include "mdl/Runtime/Convert/Host.h"
 
 #include <cstdio>
 #include <fstream>

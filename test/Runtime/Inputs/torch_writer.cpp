@@ -6,7 +6,8 @@
 //          end records.
 // Then reads both back with readTorchStateDict and checks every value.
 
-#include "mdl/Runtime/TorchCheckpoint.h"
+#include "mdl/Runtime/Checkpoint/TorchCheckpoint.h"
+#include "mdl/Runtime/Convert/TorchCheckpointWriter.h"
 
 #include <cstdio>
 #include <cstring>

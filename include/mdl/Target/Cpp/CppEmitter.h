@@ -2,7 +2,7 @@
 //
 // Emits, for one model and one backend, a header and a source in namespace
 // `mdl::gen::<model>::<backend>`: the model's modules and the backend's
-// layouts as runtime declarations (see mdl/Runtime/Model.h), with every
+// layouts as runtime declarations (see mdl/Runtime/Model/Model.h), with every
 // expression compiled to a C++ function. The code describes the model for
 // any config, so it does not grow with the number of layers or experts.
 // The emitter only reads the IR, which the front end normalises right after

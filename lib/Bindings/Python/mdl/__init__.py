@@ -7,8 +7,8 @@ by mmap), ranks gathered back into HF tensors, and weight sync between two
 layouts in memory. Without torch, tensors are numpy arrays; bf16 is then a
 uint16 array holding the bf16 bits, and 8-bit floats are uint8 arrays.
 
-Parallel configurations are keyword arguments: tp, pp, ep, etp, vpp, sp,
-first_stage_layers, last_stage_layers (1, or unset, by default). Every error
+Parallel configurations are keyword arguments: tp, pp, ep, etp, cp, dp, vpp,
+sp, first_stage_layers, last_stage_layers (1, or unset, by default). Every error
 the runtime reports is raised as mdl.Error (a ValueError) with its message.
 """
 

@@ -1,0 +1,736 @@
+//===- Convert.cpp - Moving weights between layouts -----------------------===//
+
+#include "mdl/Runtime/Convert/Convert.h"
+#include "mdl/Runtime/Convert/Copy.h"
+#include "mdl/Runtime/Base/DType.h"
+#include "mdl/Runtime/Convert/Host.h"
+#include "mdl/Runtime/Convert/RankRecord.h"
+#include "mdl/Runtime/Checkpoint/Safetensors.h"
+#include "mdl/Runtime/Convert/SafetensorsWriter.h"
+#include "mdl/Runtime/Convert/WorkerPool.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+using namespace mdl;
+using namespace mdl::rt;
+//===----------------------------------------------------------------------===//
+// Converter
+//===----------------------------------------------------------------------===//
+
+Converter::Converter(const Binding &from, const ParallelConfig &fromConfig,
+                     const Binding &to, const ParallelConfig &toConfig)
+    : from(from), to(to), fromConfig(fromConfig), toConfig(toConfig),
+      numThreads(usableCpus()) {
+  std::set<int64_t> all;
+  for (int64_t r = 0; r < Binding::numRanks(fromConfig); ++r)
+    all.insert(r);
+  restrictSources(all);
+}
+
+void Converter::restrictSources(const std::set<int64_t> &ranks) {
+  holders.clear();
+  for (int64_t r : ranks)
+    for (const RankTensor &t : from.rankTensors(fromConfig, r)) {
+      if (t.copy)
+        continue;
+      for (const Piece &pc : t.pieces) {
+        auto &held = holders[from.layout().params[size_t(pc.param)].path];
+        if (std::none_of(held.begin(), held.end(), [&](const HeldBox &b) {
+              return b.lo == pc.lo && b.count == pc.count;
+            }))
+          held.push_back({r, pc.lo, pc.count});
+      }
+    }
+}
+
+bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
+                          std::string &error,
+                          const std::set<std::string> &dropped) {
+  // A file that says it holds another rank is not read as this one.
+  RankIdentity id{from.layout().model, from.layout().backend, fromConfig,
+                  rank};
+  for (const auto &shard : ckpt->shards())
+    if (std::optional<std::string> wrong =
+            checkRankRecord(shard->header().metadata, id, shard->path)) {
+      error = *wrong;
+      return false;
+    }
+  std::set<std::string> expected;
+  for (const RankTensor &t : from.rankTensors(fromConfig, rank)) {
+    expected.insert(t.name);
+    const Checkpoint::TensorRef *ref = ckpt->find(t.name);
+    if (!ref) {
+      error = "the checkpoint of rank " + std::to_string(rank) +
+              " has no tensor '" + t.name + "', which " +
+              from.layout().model + " on " + from.layout().backend +
+              " holds there";
+      return false;
+    }
+    if (ref->info->shape != t.shape || ref->info->dtype != t.dtype) {
+      error = "tensor '" + t.name + "' is " + shapeText(ref->info->shape) +
+              " " + std::string(safetensorsName(ref->info->dtype)) +
+              " in the checkpoint, but the spec says " + shapeText(t.shape) +
+              " " + std::string(safetensorsName(t.dtype));
+      return false;
+    }
+    if (t.copy)
+      continue;
+    const uint8_t *data = ckpt->data(*ref);
+    for (const Piece &pc : t.pieces) {
+      // A parameter replicated over ranks is read from the first only.
+      std::vector<View> &held = views[from.layout().params[size_t(pc.param)].path];
+      if (std::none_of(held.begin(), held.end(), [&](const View &v) {
+            return v.piece.lo == pc.lo && v.piece.count == pc.count &&
+                   v.dtype == t.dtype && v.offset == t.offset;
+          }))
+        held.push_back({data, ref->info->numBytes(),
+                        ref->shard->mapped() ? &ref->shard->path : nullptr,
+                        &ref->info->name,
+                        ref->shard->header().dataStart + ref->info->dataBegin,
+                        t.dtype, t.offset, pc, rank});
+    }
+  }
+  for (const auto &[name, ref] : ckpt->tensors())
+    if (!expected.count(name) && !dropped.count(name) &&
+        !from.layout().buffers.count(name)) {
+      error = "the checkpoint of rank " + std::to_string(rank) +
+              " holds tensor '" + name + "', which " + from.layout().model +
+              " on " + from.layout().backend + " does not describe there";
+      return false;
+    }
+  keep.push_back(std::move(ckpt));
+  return true;
+}
+
+std::vector<int64_t>
+Converter::sourcesOf(int64_t rank,
+                     const std::set<std::string> *onlyParams) const {
+  std::set<int64_t> out;
+  for (const RankTensor &t : to.rankTensors(toConfig, rank))
+    for (const Piece &pc : t.pieces) {
+      const std::string &path = to.layout().params[size_t(pc.param)].path;
+      if (onlyParams && !onlyParams->count(path))
+        continue;
+      auto it = holders.find(path);
+      if (it == holders.end())
+        continue;
+      for (const HeldBox &b : it->second) {
+        bool meets = true;
+        for (size_t a = 0; a < b.lo.size() && a < pc.lo.size(); ++a)
+          meets &= b.lo[a] < pc.lo[a] + pc.count[a] &&
+                   pc.lo[a] < b.lo[a] + b.count[a];
+        if (meets)
+          out.insert(b.rank);
+      }
+    }
+  return {out.begin(), out.end()};
+}
+
+/// Runs of a source file shorter than this are copied from its mapping.
+constexpr uint64_t kMinFileCopy = 256 << 10;
+
+static bool isF8(DType t) {
+  return t == DType::F8E4M3 || t == DType::F8E5M2;
+}
+
+/// A copy from a source tensor.
+struct Converter::SourceCopy {
+  BoxCopy box;
+  const uint8_t *data;     // the source tensor's bytes, mapped
+  const std::string *file; // and where they are
+  uint64_t fileOffset;
+};
+
+/// A target tensor being written: the copies that fill it.
+struct Converter::Job {
+  const RankTensor *tensor = nullptr;
+  using Copy = SourceCopy;
+  std::vector<Copy> copies;
+  /// The source tensors it reads (data, bytes), released when it is done.
+  std::vector<std::pair<const uint8_t *, uint64_t>> sources;
+  /// Some elements belong to no piece (padding) and stay zero.
+  bool padded = false;
+  uint64_t size = 0;
+  std::atomic<uint64_t> done{0};
+
+  /// A piece holding an FP8 weight that the source stores quantized: its
+  /// E4M3 values and the scales of the blocks they fall in, each gathered
+  /// into a contiguous box, then multiplied (in f32, as DeepSeek's
+  /// weight_dequant does) and rounded once to the tensor's dtype.
+  struct Dequant {
+    Piece target, weightBox, scaleBox;
+    std::vector<Copy> weightCopies, scaleCopies;
+    int64_t block = 0;
+    WeightSides sides;
+  };
+  std::vector<Dequant> dequants;
+  /// The dequantized pieces in place, computed by the first fill() and
+  /// dropped when the tensor is done.
+  mutable std::once_flag materializeOnce;
+  mutable std::vector<uint8_t> materialized;
+};
+
+/// A contiguous (row-major) box like `box`.
+static Piece contiguous(const Piece &box) {
+  Piece out = box;
+  out.base = 0;
+  int64_t stride = 1;
+  for (size_t i = box.count.size(); i-- > 0;) {
+    out.stride[i] = stride;
+    stride *= box.count[i];
+  }
+  return out;
+}
+
+/// Flat index of the coordinates `c` (of atoms `atoms`, sizes `sizes`).
+static int64_t flatIndex(const std::vector<size_t> &atoms,
+                         const std::vector<int64_t> &sizes,
+                         const std::vector<int64_t> &c) {
+  int64_t index = 0;
+  for (size_t a : atoms)
+    index = index * sizes[a] + c[a];
+  return index;
+}
+
+/// How flatIndex(atoms, sizes, c) moves when c[a] grows by one.
+static int64_t flatStep(const std::vector<size_t> &atoms,
+                        const std::vector<int64_t> &sizes, size_t a) {
+  int64_t step = 0;
+  for (size_t b : atoms)
+    step = b == a ? 1 : step * sizes[b];
+  return step;
+}
+
+/// Every E4M3 byte as a float (each value is one exactly).
+static const std::array<float, 256> &e4m3Floats() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (size_t b = 0; b < t.size(); ++b)
+      t[b] = float(e4m3ToDouble(uint8_t(b)));
+    return t;
+  }();
+  return table;
+}
+
+void Converter::setThreads(unsigned n) {
+  numThreads = std::max(1u, std::min(n, 1024u));
+}
+
+bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
+  job.tensor = &t;
+  int64_t elements = 1, held = 0;
+  for (int64_t s : t.shape)
+    elements *= s;
+  job.size = uint64_t(elements) * byteSize(t.dtype);
+  std::set<std::pair<const uint8_t *, uint64_t>> sources;
+  for (const Piece &target : t.pieces) {
+    if (t.dequantized) {
+      bool done = false;
+      if (!planDequant(t, target, job, sources, done, error))
+        return false;
+      if (done) {
+        held += target.numElements();
+        continue;
+      }
+    }
+    if (!gather(target.param, target, t.dtype, t.offset, job.copies, sources,
+                t.name, error))
+      return false;
+    held += target.numElements();
+  }
+  job.padded = held < elements;
+  job.sources.assign(sources.begin(), sources.end());
+  return true;
+}
+
+/// The copies from the source views of `param` into `box`, a piece of a
+/// tensor of `dtype` storing values plus `offset`; false (with `error`)
+/// unless they cover it.
+bool Converter::gather(int param, const Piece &box, DType dtype,
+                       int64_t offset, std::vector<SourceCopy> &copies,
+                       std::set<std::pair<const uint8_t *, uint64_t>> &sources,
+                       const std::string &tensor, std::string &error) const {
+  const std::string &path = to.layout().params[size_t(param)].path;
+  int64_t covered = 0;
+  if (auto it = views.find(path); it != views.end())
+    for (const View &v : it->second) {
+      SourceCopy copy{BoxCopy(), v.data, v.file, v.fileOffset};
+      if (!copy.box.init(v.piece, v.dtype, v.offset, box, dtype, offset))
+        continue;
+      if ((isF8(v.dtype) || isF8(dtype)) &&
+          (v.dtype != dtype || v.offset != offset)) {
+        error = "tensor '" + tensor + "' would convert 8-bit floats, " +
+                "which move as bytes only";
+        return false;
+      }
+      covered += copy.box.size;
+      copies.push_back(std::move(copy));
+      if (v.file)
+        sources.insert({v.data, v.bytes});
+    }
+  if (covered < box.numElements()) {
+    error = "no source holds all of " + path + " for tensor '" + tensor +
+            "' (" + std::to_string(covered) + " of " +
+            std::to_string(box.numElements()) + " elements)";
+    return false;
+  }
+  return true;
+}
+
+bool Converter::planDequant(
+    const RankTensor &t, const Piece &target, Job &job,
+    std::set<std::pair<const uint8_t *, uint64_t>> &sources, bool &done,
+    std::string &error) const {
+  const ModelLayout &m = to.layout();
+  const Param &w = m.params[size_t(target.param)];
+  auto it = views.find(w.path);
+  // A source that holds the weight dequantized too is copied as it is.
+  done = w.scale >= 0 && it != views.end() && !it->second.empty() &&
+         it->second.front().dtype == DType::F8E4M3;
+  if (!done)
+    return true;
+  Job::Dequant d;
+  d.target = target;
+  d.block = w.scaleBlock;
+  d.sides = weightSides(w);
+  d.weightBox = contiguous(target);
+  // The scale blocks the box touches: experts as the box, rows and columns
+  // from the blocks of its first to those of its last element.
+  std::vector<int64_t> first = target.lo, last = target.lo;
+  for (size_t a = 0; a < last.size(); ++a)
+    last[a] += target.count[a] - 1;
+  Piece scale;
+  scale.param = w.scale;
+  for (size_t a : d.sides.expert) {
+    scale.lo.push_back(target.lo[a]);
+    scale.count.push_back(target.count[a]);
+  }
+  for (const std::vector<size_t> *side : {&d.sides.out, &d.sides.in}) {
+    int64_t lo = flatIndex(*side, w.sizes, first) / d.block;
+    int64_t hi = flatIndex(*side, w.sizes, last) / d.block;
+    scale.lo.push_back(lo);
+    scale.count.push_back(hi - lo + 1);
+  }
+  scale.stride.assign(scale.lo.size(), 0);
+  d.scaleBox = contiguous(scale);
+  if (!gather(target.param, d.weightBox, DType::F8E4M3, 0, d.weightCopies,
+              sources, t.name, error) ||
+      !gather(w.scale, d.scaleBox, DType::F32, 0, d.scaleCopies, sources,
+              t.name, error))
+    return false;
+  job.dequants.push_back(std::move(d));
+  return true;
+}
+
+void Converter::materialize(const Job &job) const {
+  const RankTensor &t = *job.tensor;
+  size_t size = byteSize(t.dtype);
+  job.materialized.assign(job.size, 0);
+  for (const Job::Dequant &d : job.dequants) {
+    const Param &w = to.layout().params[size_t(d.target.param)];
+    std::vector<uint8_t> values(size_t(d.weightBox.numElements()));
+    std::vector<float> scales(size_t(d.scaleBox.numElements()));
+    int64_t lo, hi;
+    for (const Job::Copy &c : d.weightCopies)
+      c.box.run(c.data, values.data(), 0, int64_t(values.size()), lo, hi);
+    for (const Job::Copy &c : d.scaleCopies)
+      c.box.run(c.data, reinterpret_cast<uint8_t *>(scales.data()), 0,
+                int64_t(scales.size()), lo, hi);
+    size_t numExperts = d.sides.expert.size();
+    int64_t rows = d.scaleBox.count[numExperts],
+            cols = d.scaleBox.count[numExperts + 1];
+    int64_t rowBlock0 = d.scaleBox.lo[numExperts],
+            colBlock0 = d.scaleBox.lo[numExperts + 1];
+    // Every element of the box, row-major over the weight's atoms, a run
+    // along the last atom at a time: there the block row and column, the
+    // expert and the target offset move by fixed steps.
+    const std::array<float, 256> &e4m3 = e4m3Floats();
+    std::vector<int64_t> c = d.target.lo;
+    size_t last = c.size() - 1;
+    int64_t run = d.target.count[last], stride = d.target.stride[last];
+    int64_t outStep = flatStep(d.sides.out, w.sizes, last),
+            inStep = flatStep(d.sides.in, w.sizes, last), expertStep = 0;
+    for (size_t k = 0; k < numExperts; ++k)
+      expertStep = d.sides.expert[k] == last ? 1
+                                             : expertStep * d.scaleBox.count[k];
+    uint8_t *out = job.materialized.data();
+    for (size_t i = 0; i < values.size(); i += size_t(run)) {
+      int64_t expert = 0;
+      for (size_t k = 0; k < numExperts; ++k) {
+        size_t a = d.sides.expert[k];
+        expert = expert * d.scaleBox.count[k] + (c[a] - d.target.lo[a]);
+      }
+      int64_t outIndex = flatIndex(d.sides.out, w.sizes, c),
+              inIndex = flatIndex(d.sides.in, w.sizes, c);
+      int64_t at = d.target.base;
+      for (size_t a = 0; a < c.size(); ++a)
+        at += (c[a] - d.target.lo[a]) * d.target.stride[a];
+      for (int64_t j = 0; j < run; ++j) {
+        int64_t row = (outIndex + j * outStep) / d.block - rowBlock0;
+        int64_t col = (inIndex + j * inStep) / d.block - colBlock0;
+        float product =
+            e4m3[values[i + size_t(j)]] *
+            scales[size_t(((expert + j * expertStep) * rows + row) * cols +
+                          col)];
+        uint8_t *dst = out + (at + j * stride) * size;
+        if (t.dtype == DType::BF16) { // storeValue's rounding, for a float
+          uint16_t h = floatToBf16(product);
+          std::memcpy(dst, &h, 2);
+        } else {
+          storeValue(product, t.dtype, dst);
+        }
+      }
+      for (size_t a = last; a-- > 0;) {
+        if (++c[a] < d.target.lo[a] + d.target.count[a])
+          break;
+        c[a] = d.target.lo[a];
+      }
+    }
+  }
+}
+
+bool Converter::fill(const Job &job, uint64_t offset, uint8_t *out, size_t n,
+                     std::string &error) const {
+  const RankTensor &t = *job.tensor;
+  size_t size = byteSize(t.dtype);
+  if (offset % size || n % size) {
+    error = "a chunk splits an element";
+    return false;
+  }
+  // Padding (vocabulary rows past the end) stays zero.
+  if (!job.dequants.empty()) {
+    std::call_once(job.materializeOnce, [&] { materialize(job); });
+    std::memcpy(out, job.materialized.data() + offset, n);
+  } else if (job.padded) {
+    std::memset(out, 0, n);
+  }
+  int64_t begin = int64_t(offset / size), end = begin + int64_t(n / size);
+  for (const Job::Copy &c : job.copies) {
+    int64_t readLo, readHi;
+    c.box.run(c.data, out, begin, end, readLo, readHi);
+    // What a streaming copy has read, later windows do not read again.
+    if (c.box.streaming && c.file && readHi > readLo) {
+      size_t element = byteSize(c.box.sourceType());
+      SafetensorsFile::release(c.data + readLo * element,
+                               uint64_t(readHi - readLo) * element);
+    }
+  }
+  return true;
+}
+
+bool Converter::writeRank(
+    int64_t rank, const std::string &path, std::string &error,
+    const std::function<void(const ConvertProgress &)> &progress) {
+  return writeRanks({rank}, {path}, error, progress);
+}
+
+bool Converter::writeRanks(
+    const std::vector<int64_t> &ranks, const std::vector<std::string> &paths,
+    std::string &error,
+    const std::function<void(const ConvertProgress &)> &progress,
+    const std::function<void(size_t)> &written,
+    const WriterFactory &makeWriter) {
+  std::vector<TargetFile> files;
+  for (size_t f = 0; f < std::min(ranks.size(), paths.size()); ++f)
+    files.push_back({ranks[f], paths[f], {}});
+  return writeFiles(files, error, progress, written, makeWriter);
+}
+
+bool Converter::writeFiles(
+    const std::vector<TargetFile> &targets, std::string &error,
+    const std::function<void(const ConvertProgress &)> &progress,
+    const std::function<void(size_t)> &written,
+    const WriterFactory &makeWriter) {
+  size_t files = targets.size();
+  // Every tensor of every file is planned before anything is written.
+  std::vector<std::vector<RankTensor>> tensors(files);
+  std::vector<std::vector<Job>> jobs(files);
+  ConvertProgress state;
+  state.ranksTotal = int64_t(files);
+  for (size_t f = 0; f < files; ++f) {
+    tensors[f] = to.rankTensors(toConfig, targets[f].rank);
+    if (!targets[f].tensors.empty()) {
+      std::set<std::string> keep(targets[f].tensors.begin(),
+                                 targets[f].tensors.end());
+      tensors[f].erase(std::remove_if(tensors[f].begin(), tensors[f].end(),
+                                      [&](const RankTensor &t) {
+                                        return !keep.count(t.name);
+                                      }),
+                       tensors[f].end());
+    }
+    jobs[f] = std::vector<Job>(tensors[f].size());
+    state.tensorsTotal += int64_t(tensors[f].size());
+    for (size_t i = 0; i < tensors[f].size(); ++i) {
+      if (!plan(tensors[f][i], jobs[f][i], error))
+        return false;
+      state.bytesTotal += jobs[f][i].size;
+    }
+  }
+
+  // Files are written several at a time, each on its own threads: writes
+  // to one file take its lock, writes to different files run in parallel.
+  // A failure stops the others; a writer removes its incomplete file.
+  std::mutex mutex; // guards state, firstError and the callbacks
+  std::string firstError;
+  std::atomic<bool> failed{false};
+  std::atomic<size_t> nextFile{0};
+  size_t atOnce = std::max<size_t>(1, std::min<size_t>(numThreads, files));
+  unsigned perFile = std::max(1u, numThreads / unsigned(atOnce));
+  auto fail = [&](const std::string &message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failed.exchange(true))
+      firstError = message;
+    return false;
+  };
+  // Source files, opened when first read from (-1 when they cannot be).
+  std::map<const std::string *, int> fds;
+  auto openFile = [&](const std::string *file) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto [it, added] = fds.emplace(file, -1);
+    if (added)
+      it->second = ::open(file->c_str(), O_RDONLY | O_CLOEXEC);
+    return it->second;
+  };
+  // Each thread that works counts itself once per call.
+  static std::atomic<uint64_t> calls{0};
+  uint64_t call = ++calls;
+  auto countThread = [&] {
+    thread_local uint64_t counted = 0;
+    if (counted == call)
+      return;
+    counted = call;
+    std::lock_guard<std::mutex> lock(mutex);
+    ++state.threads;
+  };
+  // Counts `n` bytes of `job` as done; the last release its sources.
+  auto finish = [&](Job *job, uint64_t n) {
+    countThread();
+    if ((job->done += n) < job->size)
+      return;
+    for (const auto &[data, bytes] : job->sources)
+      SafetensorsFile::release(data, bytes);
+    std::vector<uint8_t>().swap(job->materialized);
+    std::lock_guard<std::mutex> lock(mutex);
+    state.bytesDone += job->size;
+    ++state.tensorsDone;
+    if (progress)
+      progress(state);
+  };
+  auto writeFile = [&](size_t f) {
+    std::unique_ptr<TensorFileWriter> made =
+        makeWriter ? makeWriter(f) : std::make_unique<SafetensorsWriter>();
+    TensorFileWriter &writer = *made;
+    writer.setThreads(perFile);
+    writer.setDirectIO(directIO);
+    // Three chunks waiting on the disk per thread filling them kept the
+    // disk busy in bench/convert; over all files at once, at most 24 (a
+    // buffer of 6 MB each) and at least one per file.
+    writer.setWaitingWrites(std::max<unsigned>(
+        1, std::min<unsigned>(3 * perFile, 24 / unsigned(atOnce))));
+    std::string err;
+    // Each rank file of a sharded layout records the rank it holds;
+    // addSource() checks it. An unsharded checkpoint (HF) has no ranks to
+    // swap and stays as its framework writes it.
+    if (!to.layout().mesh.empty())
+      for (const auto &[key, value] : rankRecord(
+               {to.layout().model, to.layout().backend, toConfig, targets[f].rank}))
+        if (!writer.setMetadata(key, value, err))
+          return fail(err);
+    for (size_t i = 0; i < tensors[f].size(); ++i) {
+      Job *job = &jobs[f][i];
+      TensorFileWriter::FillFn fillFn = [&, job](uint64_t offset,
+                                                  uint8_t *dst, size_t n,
+                                                  std::string &fillError) {
+        if (failed) {
+          fillError = "stopped";
+          return false;
+        }
+        if (!fill(*job, offset, dst, n, fillError))
+          return false;
+        finish(job, n);
+        return true;
+      };
+      // Bytes that are a long run of a source file are copied from there
+      // (short runs are cheaper to copy from the mapping).
+      TensorFileWriter::SourceFn sourceFn = [&, job](uint64_t offset,
+                                                      size_t &n, int &fd,
+                                                      uint64_t &fileOffset) {
+        size_t size = byteSize(job->tensor->dtype);
+        int64_t from, count;
+        if (failed || offset % size)
+          return false;
+        for (const Job::Copy &c : job->copies) {
+          if (!c.box.locate(int64_t(offset / size), from, count))
+            continue;
+          if (!c.file)
+            return false;
+          if (uint64_t(count) * size < kMinFileCopy &&
+              uint64_t(count) * size < n)
+            return false;
+          if ((fd = openFile(c.file)) < 0)
+            return false;
+          n = std::min(n, size_t(count) * size);
+          fileOffset = c.fileOffset + uint64_t(from) * size;
+          finish(job, n);
+          return true;
+        }
+        return false;
+      };
+      if (!writer.add(tensors[f][i].name, tensors[f][i].dtype,
+                      tensors[f][i].shape, std::move(fillFn),
+                      std::move(sourceFn), err))
+        return fail(err);
+    }
+    if (!writer.write(targets[f].path, err))
+      return fail(err);
+    std::lock_guard<std::mutex> lock(mutex);
+    ++state.ranksDone;
+    if (written)
+      written(f);
+    if (progress)
+      progress(state);
+    return true;
+  };
+  auto work = [&] {
+    while (!failed) {
+      size_t f = nextFile++;
+      if (f >= files || !writeFile(f))
+        return;
+    }
+  };
+  runWorkers(atOnce, work);
+  for (const auto &[file, fd] : fds)
+    if (fd >= 0)
+      ::close(fd);
+  if (failed) {
+    error = firstError;
+    return false;
+  }
+  return true;
+}
+
+bool Converter::fillTensors(int64_t rank,
+                            const std::vector<MemoryTarget> &targets,
+                            std::string &error,
+                            const std::set<std::string> *onlyParams) {
+  std::vector<RankTensor> all = to.rankTensors(toConfig, rank);
+  std::map<std::string, const RankTensor *> byName;
+  for (const RankTensor &t : all)
+    byName[t.name] = &t;
+  const ModelLayout &m = to.layout();
+  std::vector<RankTensor> tensors;
+  tensors.reserve(targets.size());
+  for (const MemoryTarget &target : targets) {
+    auto it = byName.find(target.name);
+    if (it == byName.end()) {
+      error = "rank " + std::to_string(rank) + " of " + m.model + " on " +
+              m.backend + " at " + toConfig.str() + " has no tensor '" +
+              target.name + "'";
+      return false;
+    }
+    RankTensor t = *it->second;
+    int64_t elements = 1;
+    for (int64_t s : t.shape)
+      elements *= s;
+    if (target.bytes != uint64_t(elements) * byteSize(t.dtype)) {
+      error = "tensor '" + t.name + "' is " + shapeText(t.shape) + " " +
+              std::string(safetensorsName(t.dtype)) + " (" +
+              std::to_string(uint64_t(elements) * byteSize(t.dtype)) +
+              " bytes), not " + std::to_string(target.bytes) + " bytes";
+      return false;
+    }
+    if (onlyParams)
+      t.pieces.erase(std::remove_if(t.pieces.begin(), t.pieces.end(),
+                                    [&](const Piece &p) {
+                                      return !onlyParams->count(
+                                          m.params[size_t(p.param)].path);
+                                    }),
+                     t.pieces.end());
+    tensors.push_back(std::move(t));
+  }
+  std::vector<Job> jobs(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!plan(tensors[i], jobs[i], error))
+      return false;
+    if (onlyParams && !jobs[i].dequants.empty()) {
+      error = "tensor '" + tensors[i].name + "' is dequantized from FP8 " +
+              "blocks, which an update of some parameters does not rewrite";
+      return false;
+    }
+    // An update leaves what it does not hold as it was.
+    if (onlyParams)
+      jobs[i].padded = false;
+  }
+  // Chunks of a few MB of every tensor, filled on the worker threads.
+  auto chunkOf = [&](size_t i) {
+    uint64_t size = byteSize(tensors[i].dtype);
+    return std::max<uint64_t>(size, (4u << 20) / size * size);
+  };
+  std::vector<std::pair<size_t, uint64_t>> chunks;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (uint64_t at = 0; at < jobs[i].size; at += chunkOf(i))
+      chunks.push_back({i, at});
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mutex;
+  auto work = [&] {
+    for (size_t c; !failed && (c = next++) < chunks.size();) {
+      auto [i, at] = chunks[c];
+      Job &job = jobs[i];
+      size_t n = size_t(std::min(chunkOf(i), job.size - at));
+      std::string err;
+      if (!fill(job, at, targets[i].data + at, n, err)) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failed.exchange(true))
+          error = err;
+        return;
+      }
+      // The last chunk of a tensor releases the mapped pages it read.
+      if ((job.done += n) == job.size)
+        for (const auto &[data, bytes] : job.sources)
+          SafetensorsFile::release(data, bytes);
+    }
+  };
+  runWorkers(std::max<size_t>(1, std::min<size_t>(numThreads, chunks.size())),
+             work);
+  return !failed;
+}
+
+std::vector<Converter::PlannedCopy>
+Converter::plannedCopies(int64_t rank,
+                         const std::set<std::string> *onlyParams) const {
+  std::vector<PlannedCopy> out;
+  const ModelLayout &m = to.layout();
+  for (const RankTensor &t : to.rankTensors(toConfig, rank))
+    for (const Piece &pc : t.pieces) {
+      const Param &param = m.params[size_t(pc.param)];
+      auto it = views.find(param.path);
+      if ((onlyParams && !onlyParams->count(param.path)) || it == views.end())
+        continue;
+      for (const View &v : it->second) {
+        PlannedCopy c{t.name,      v.rank, *v.tensor, param.path,
+                      param.atoms, {},     {}};
+        bool empty = false;
+        for (size_t a = 0; a < pc.lo.size(); ++a) {
+          int64_t lo = std::max(pc.lo[a], v.piece.lo[a]);
+          int64_t hi = std::min(pc.lo[a] + pc.count[a],
+                                v.piece.lo[a] + v.piece.count[a]);
+          empty |= hi <= lo;
+          c.lo.push_back(lo);
+          c.count.push_back(hi - lo);
+        }
+        if (!empty)
+          out.push_back(std::move(c));
+      }
+    }
+  return out;
+}

@@ -1,0 +1,697 @@
+//===- Bind.cpp - Binding instantiated models to backends -----------------===//
+//
+// The same semantics as the compiler's binding (lib/Evaluate), over the
+// declarations generated code gives: tensors named from the mounts above
+// them, parts resolved to parameters, splits from styles and shard entries.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mdl/Runtime/Model/Model.h"
+#include "Model/Evaluation.h"
+
+#include <algorithm>
+#include <functional>
+
+using namespace mdl;
+using namespace mdl::rt;
+using namespace mdl::rt::detail;
+
+//===----------------------------------------------------------------------===//
+// Binding
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::vector<NameSegment> join(const std::vector<NameSegment> &prefix,
+                              const std::vector<NameSegment> &name) {
+  std::vector<NameSegment> out = prefix;
+  bool nameEmpty = name.empty() || (name.size() == 1 &&
+                                    name[0].kind == NameSegment::Text &&
+                                    name[0].text.empty());
+  if (!prefix.empty() && !nameEmpty) {
+    NameSegment dot;
+    dot.text = ".";
+    out.push_back(dot);
+  }
+  if (!nameEmpty)
+    out.insert(out.end(), name.begin(), name.end());
+  return out;
+}
+
+class Binder {
+public:
+  Binder(Model &model, const BackendDecl &backend,
+         std::shared_ptr<std::map<std::string, std::string>> choices,
+         BoundLayout &out)
+      : model(model), backend(backend), choices(std::move(choices)),
+        out(out) {
+    for (const LayoutDecl &l : backend.layouts)
+      layouts[l.module] = &l;
+  }
+
+  void run() {
+    const ModuleDecl &top = model.decl().modules.front();
+    out.layout.model = model.decl().name;
+    out.layout.backend = backend.name;
+    out.layout.mesh = backend.mesh;
+    out.layout.hasPipeline = !top.stages.empty() || !top.first.empty() ||
+                             !top.last.empty();
+    bindParams();
+    bindBackend();
+    bindNode(model.root(), {});
+    for (auto &[name, value] : *choices)
+      out.layout.choices[name] = value;
+    out.layout.classes = backend.classes;
+    bindBlockScales();
+  }
+
+private:
+  /// The source id of a declaration: one per place in the spec.
+  int source(const std::string &where) {
+    auto [it, fresh] = sourceIds.try_emplace(where, int(out.sources.size()));
+    if (fresh)
+      out.sources.push_back(where);
+    return it->second;
+  }
+  const LayoutDecl *layoutFor(const Instance &node) const {
+    auto it = layouts.find(node.module->name);
+    return it == layouts.end() ? nullptr : it->second;
+  }
+  int findParam(Instance &node, const std::string &dotted) {
+    std::string path = node.path.empty() ? dotted : node.path + "." + dotted;
+    auto it = paramIndex.find(path);
+    return it == paramIndex.end() ? -1 : it->second;
+  }
+  int unitOf(Instance *node) {
+    while (node && node->stackIndex < 0)
+      node = node->parent;
+    if (!node)
+      return -1;
+    auto [it, inserted] = units.try_emplace(node, int(units.size()));
+    if (inserted)
+      out.layout.unitIndex.push_back(node->stackIndex);
+    return it->second;
+  }
+
+  /// The splits of a parameter over the mesh, and (`style`) how tensor
+  /// parallelism splits it on this backend.
+  std::vector<Split> splitsOf(const ParamInstance &p,
+                              TensorParallelStyle &style) {
+    using Style = TensorParallelStyle;
+    style = Style::Replicated;
+    std::vector<Split> splits;
+    bool grouped = !p.expert.empty();
+    if (grouped) {
+      Split e;
+      e.atoms = {p.expert};
+      e.axis = MeshAxis::EP;
+      e.why = "expert dimension " + p.expert + " of " + p.path;
+      splits.push_back(e);
+    }
+    auto find = [&](const std::string &path) -> const ShardDecl * {
+      auto it = overrides.find(path);
+      return it == overrides.end() ? nullptr : it->second;
+    };
+    const ShardDecl *s = find(p.path);
+    if (!s && p.bias)
+      s = find(p.path.substr(0, p.path.size() - 5));
+    auto has = [&](const std::string &atom) {
+      for (const auto &axis : p.axes)
+        if (std::find(axis.begin(), axis.end(), atom) != axis.end())
+          return true;
+      return false;
+    };
+    if (s && std::all_of(s->atoms.begin(), s->atoms.end(), has)) {
+      Split t;
+      t.atoms = s->atoms;
+      t.axis = s->axis;
+      t.replicateWhenFewer = s->replicate;
+      t.why = "shard " + s->dim + " of " + p.path;
+      splits.push_back(t);
+      if (t.axis == MeshAxis::TP || t.axis == MeshAxis::ETP)
+        style = shardStyle(p, t.atoms.front());
+      return splits;
+    }
+    if (p.style == Style::None || p.style == Style::Replicated)
+      return splits;
+    Split t;
+    t.atoms = p.styleAtoms;
+    t.axis = grouped ? MeshAxis::ETP : MeshAxis::TP;
+    t.why = std::string(tensorParallelStyleName(p.style)) + "(" + p.styleDim +
+            ") of " + p.path;
+    style = p.style;
+    // A vocabulary split is vocab-parallel where the backend pads the
+    // vocabulary; elsewhere it is a linear's plain output split.
+    if (style == Style::Vocab && !backend.vocabMultiple)
+      style = Style::Column;
+    if (style == Style::Vocab) {
+      Instance *root = &model.root();
+      Expr pad = backend.vocabMultiple;
+      auto ch = choices;
+      t.padMultiple = [root, pad, ch](const ParallelConfig &c) -> int64_t {
+        RankContext ctx;
+        ctx.config = c;
+        try {
+          int64_t v = evalOne(*root, pad, Value::integer(1), &ctx, ch.get()).i;
+          return v > 0 ? v : 1;
+        } catch (EvalError &) {
+          return 1;
+        }
+      };
+    }
+    splits.push_back(t);
+    return splits;
+  }
+
+  /// The style a layout's `shard ... by tp` of dimension atom `atom` gives:
+  /// a linear split on an output dimension is column-parallel, on an input
+  /// one row-parallel; another parameter is sharded.
+  static TensorParallelStyle shardStyle(const ParamInstance &p,
+                                        const std::string &atom) {
+    if (!p.decl->linear)
+      return TensorParallelStyle::Shard;
+    size_t lead = p.expert.empty() ? 0 : 1;
+    for (size_t a = lead; a < p.axes.size(); ++a)
+      if (std::find(p.axes[a].begin(), p.axes[a].end(), atom) !=
+          p.axes[a].end())
+        return p.bias || a < lead + size_t(p.decl->outAxes)
+                   ? TensorParallelStyle::Column
+                   : TensorParallelStyle::Row;
+    return TensorParallelStyle::Shard;
+  }
+
+  void bindParams() {
+    model.walk([&](Instance &node) {
+      if (const LayoutDecl *l = layoutFor(node))
+        for (const ShardDecl &s : l->shards)
+          for (const std::string &p : s.params)
+            overrides[node.path.empty() ? p : node.path + "." + p] = &s;
+    });
+    model.walk([&](Instance &node) {
+      for (const ParamInstance &p : node.params) {
+        Param rp;
+        rp.path = p.path;
+        rp.dtype = p.dtype;
+        for (const auto &axis : p.axes) {
+          rp.axisAtoms.push_back(int(axis.size()));
+          rp.atoms.insert(rp.atoms.end(), axis.begin(), axis.end());
+        }
+        rp.sizes = p.sizes;
+        rp.placement = p.stage;
+        if (p.decl->linear)
+          rp.linearOutAxes = p.decl->outAxes;
+        rp.bias = p.bias;
+        rp.scaleBlock = p.scaleBlock;
+        rp.expert = p.expert;
+        rp.unit = unitOf(&node);
+        rp.source = source(p.decl->where);
+        rp.splits = splitsOf(p, rp.style);
+        paramIndex[p.path] = int(out.layout.params.size());
+        out.layout.params.push_back(std::move(rp));
+        out.params.push_back(&p);
+      }
+    });
+  }
+
+  void bindBlockScales() {
+    if (backend.blockScaleSuffix) {
+      RankContext one;
+      out.layout.blockScaleSuffix =
+          evalOne(model.root(), backend.blockScaleSuffix, Value::string(""),
+                  &one, choices.get())
+              .s;
+    }
+    size_t numParams = out.layout.params.size();
+    BlockScaleResult r = addBlockScales(
+        out.layout, model.dtype().value_or(DType::BF16));
+    // One error per layout entry, with its first tensor and how many more:
+    // a transposed entry of a layer would otherwise be reported once per
+    // layer.
+    std::map<std::string, std::pair<size_t, int>> grouped; // first, more
+    std::vector<std::string> order;
+    for (size_t e = 0; e < r.errors.size(); ++e) {
+      const std::string &entry = out.sources[size_t(
+          out.layout.tensors[size_t(r.errors[e].first)].source)];
+      auto [it, fresh] = grouped.try_emplace(entry, e, 0);
+      if (fresh)
+        order.push_back(entry);
+      else
+        ++it->second.second;
+    }
+    for (const std::string &entry : order) {
+      auto [first, more] = grouped[entry];
+      const TensorSpec &t = out.layout.tensors[size_t(r.errors[first].first)];
+      std::string message =
+          "tensor '" + renderName(t, 0) + "' " + r.errors[first].second;
+      if (more)
+        message += " (and " + std::to_string(more) + " more tensor" +
+                   (more > 1 ? "s" : "") + " of this entry)";
+      errors.push_back({message + " [block-scale]", entry});
+    }
+    if (!errors.empty())
+      throw EvalError{"", "", {}, /*reported=*/true};
+    for (size_t i = numParams; i < out.layout.params.size(); ++i)
+      out.params.push_back(
+          out.params[size_t(out.layout.params[i].scaleOf)]);
+    for (int c : r.companionOf)
+      out.tensorNodes.push_back(out.tensorNodes[size_t(c)]);
+  }
+
+  void bindBackend() {
+    Instance *root = &model.root();
+    auto ch = choices;
+    for (const RequireDecl &r : backend.requirements) {
+      Expr cond = r.cond;
+      std::string message = r.message;
+      out.layout.requirements.push_back(
+          [root, cond, message, ch](
+              const ParallelConfig &c) -> std::optional<std::string> {
+            RankContext ctx;
+            ctx.config = c;
+            try {
+              if (evalOne(*root, cond, Value::boolean(true), &ctx, ch.get()).i)
+                return std::nullopt;
+            } catch (EvalError &) {
+            }
+            return message;
+          });
+    }
+    RankContext one;
+    for (const auto &[cap, expr] : backend.capabilities)
+      out.layout.capabilities[cap] =
+          evalOne(*root, expr, Value::boolean(false), &one, ch.get()).i;
+    model.walk([&](Instance &node) {
+      for (const NeedDecl &n : node.module->needs) {
+        ModelLayout::CapabilityNeed need;
+        need.instance = node.describe();
+        need.capability = n.capability;
+        need.fallback = n.fallback;
+        need.source = source(n.where);
+        out.layout.needs.push_back(need);
+      }
+    });
+    const ModuleDecl &top = model.decl().modules.front();
+    for (const auto &[wanted, fallback] : top.fallbacks) {
+      out.layout.lastStageNeeds.push_back(
+          {findParam(*root, wanted), findParam(*root, fallback)});
+      out.layout.lastStageNeedsWhy = wanted + " to compute logits, or a copy of " +
+                                     fallback + " when there is no " + wanted;
+    }
+  }
+
+  std::vector<NameSegment> render(Instance &node,
+                                  const std::vector<NamePiece> &pieces,
+                                  const Value *index, bool staged,
+                                  const std::string &where) {
+    std::vector<NameSegment> out;
+    std::vector<Value> args;
+    if (index)
+      args.push_back(*index);
+    for (const NamePiece &p : pieces) {
+      NameSegment seg;
+      switch (p.kind) {
+      case NamePiece::Text:
+        seg.text = p.text;
+        break;
+      case NamePiece::Family:
+        seg.kind = NameSegment::Family;
+        seg.atom = p.text;
+        break;
+      case NamePiece::Index:
+        if (staged && index) {
+          seg.kind = NameSegment::LayerIndex;
+          seg.layer = index->i;
+          break;
+        }
+        [[fallthrough]];
+      case NamePiece::Value: {
+        Value v = at(where, [&] {
+          return evalOne(node, p.value, {}, nullptr, choices.get(), args);
+        });
+        seg.text = v.kind == Value::String ? v.s : std::to_string(v.i);
+        break;
+      }
+      }
+      out.push_back(std::move(seg));
+    }
+    if (staged && index &&
+        std::none_of(out.begin(), out.end(), [](const NameSegment &s) {
+          return s.kind == NameSegment::LayerIndex;
+        }))
+      fail(where, "the mount of a pipelined stack must name its index as a "
+                  "plain placeholder, as in \"layers.{i}\", so that each "
+                  "stage can renumber it");
+    return out;
+  }
+
+  /// A term with its part set resolved to parameter indices; `dropped`
+  /// when every part of a set is absent.
+  Term term(const TermDecl &t, Instance &node, bool &dropped) {
+    Term out;
+    switch (t.kind) {
+    case TermDecl::Atom:
+      return Term::makeAtom(t.atom);
+    case TermDecl::Unit:
+      out.kind = Term::Unit;
+      return out;
+    case TermDecl::Product:
+      out.kind = Term::Product;
+      for (const TermDecl &c : t.children)
+        out.children.push_back(term(c, node, dropped));
+      return out;
+    case TermDecl::Parts:
+      out.kind = Term::Parts;
+      for (const TermDecl::Part &p : t.parts) {
+        Term::Part part;
+        if (p.param.empty()) {
+          bool groupDropped = false;
+          for (const TermDecl &c : p.shape)
+            part.shape.push_back(term(c, node, groupDropped));
+          if (!groupDropped)
+            out.parts.push_back(std::move(part));
+          continue;
+        }
+        part.param = findParam(node, p.param);
+        if (part.param < 0)
+          continue; // a part left out by a condition drops out of the set
+        for (const TermDecl &c : p.shape)
+          part.shape.push_back(term(c, node, dropped));
+        out.parts.push_back(std::move(part));
+      }
+      if (out.parts.empty())
+        dropped = true;
+      return out;
+    }
+    return out;
+  }
+
+  void bindTensor(Instance &node, const TensorDecl &d,
+                  const std::vector<NameSegment> &prefix, Instance *element) {
+    TensorSpec t;
+    t.source = source(d.where);
+    t.mounts = mountChain;
+    t.unit = unitOf(element ? element : &node);
+    std::vector<Value> args;
+    if (element)
+      args.push_back(Value::integer(element->stackIndex));
+    if (d.when) {
+      if (d.whenReadsContext) {
+        Instance *n = &node;
+        Expr when = d.when;
+        auto ch = choices;
+        t.when = [n, when, args, ch](const RankContext &ctx) {
+          try {
+            return evalOne(*n, when, {}, &ctx, ch.get(), args).i != 0;
+          } catch (EvalError &) {
+            return false;
+          }
+        };
+      } else if (!at(d.where, [&] {
+                   return evalOne(node, d.when, {}, nullptr, choices.get(),
+                                  args);
+                 }).i) {
+        return;
+      }
+    }
+    t.name = join(prefix, render(node, d.name, element ? &args.front() : nullptr,
+                                 false, d.where));
+    if (!d.param.empty()) {
+      t.param = findParam(node, d.param);
+      if (t.param < 0)
+        return; // the parameter does not exist here
+    }
+    bool dropped = false;
+    for (const auto &axis : d.axes) {
+      std::vector<Term> terms;
+      for (const TermDecl &c : axis)
+        terms.push_back(term(c, node, dropped));
+      t.axes.push_back(std::move(terms));
+    }
+    if (dropped)
+      return;
+    t.copy = d.copy;
+    if (d.copyIf)
+      t.copy = at(d.where, [&] {
+                 return evalOne(node, d.copyIf, {}, nullptr, choices.get(),
+                                args);
+               }).i != 0;
+    t.offset = d.offset;
+    t.stored = d.stored;
+    t.view = d.view;
+    if (d.split) {
+      t.splitAxis = *d.split;
+      t.splitBy = d.splitBy;
+    }
+    if (d.on)
+      t.on = Placement{*d.on};
+    else if (element)
+      t.on = element->stage;
+    out.layout.tensors.push_back(std::move(t));
+    out.tensorNodes.push_back(element ? element : &node);
+  }
+
+  /// `name` under the mount `prefix` (layer numbers as the layout's).
+  static std::string prefixed(const std::vector<NameSegment> &prefix,
+                              const std::string &name) {
+    std::string p;
+    for (const NameSegment &seg : prefix)
+      p += seg.kind == NameSegment::Text ? seg.text : std::to_string(seg.layer);
+    return p.empty() ? name : p + "." + name;
+  }
+
+  void bindNode(Instance &node, const std::vector<NameSegment> &prefix) {
+    const LayoutDecl *layout = layoutFor(node);
+    if (!layout && !node.params.empty())
+      throw EvalError{
+          "module '" + node.module->name +
+              "' has parameters but no layout for backend '" + backend.name +
+              "'",
+          node.module->where,
+          {{node.module->where, "first used by " + node.describe()}}};
+    if (layout) {
+      for (const BufferDecl &b : layout->buffers)
+        if (at(b.where, [&] {
+              return evalOne(node, b.when, Value::boolean(true), nullptr,
+                             choices.get());
+            }).i)
+          out.layout.buffers.insert(prefixed(prefix, b.name));
+      for (const DerivedDecl &d : layout->derived) {
+        if (!at(d.where, [&] {
+              return evalOne(node, d.when, Value::boolean(true), nullptr,
+                             choices.get());
+            }).i)
+          continue;
+        ModelLayout::DerivedTensor dt;
+        dt.name = prefixed(prefix, d.name);
+        for (const std::string &s : d.sources) {
+          int index = findParam(node, s);
+          if (index >= 0)
+            dt.params.push_back(index);
+        }
+        dt.hasRecompute = d.hasRecompute;
+        dt.recompute = d.recompute;
+        dt.source = source(d.where);
+        out.layout.derived.push_back(std::move(dt));
+      }
+      for (const TensorDecl &t : layout->tensors) {
+        if (!t.forStack.empty()) {
+          auto it = node.stacks.find(t.forStack);
+          if (it != node.stacks.end())
+            for (auto &element : it->second)
+              bindTensor(node, t, prefix, element.get());
+          continue;
+        }
+        bindTensor(node, t, prefix, nullptr);
+      }
+    }
+    // A child's name, and in `from` the entry that decides it: a mount of
+    // this layout, the child layout's own mount, else the member.
+    auto mountOf = [&](const ChildDecl &c, Instance &child, const Value *index,
+                       bool staged,
+                       std::string &from) -> std::vector<NameSegment> {
+      const std::string &member = c.name;
+      from = c.where;
+      if (layout)
+        for (const MountDecl &m : layout->mounts) {
+          if (m.member != member)
+            continue;
+          std::vector<Value> args;
+          if (index)
+            args.push_back(*index);
+          if (!at(m.where, [&] {
+                return evalOne(node, m.when, Value::boolean(true), nullptr,
+                               choices.get(), args);
+              }).i)
+            continue;
+          from = m.where;
+          return render(node, m.path, index, staged, m.where);
+        }
+      std::vector<NameSegment> name;
+      NameSegment seg;
+      if (index) {
+        seg.text = member + ".";
+        name.push_back(seg);
+        NameSegment idx;
+        if (staged) {
+          idx.kind = NameSegment::LayerIndex;
+          idx.layer = index->i;
+        } else {
+          idx.text = std::to_string(index->i);
+        }
+        name.push_back(idx);
+        return name;
+      }
+      const LayoutDecl *childLayout = layoutFor(child);
+      if (childLayout && childLayout->mount)
+        from = childLayout->where;
+      seg.text = childLayout && childLayout->mount ? *childLayout->mount
+                                                   : member;
+      name.push_back(seg);
+      return name;
+    };
+    // Each child under the mounts that place it, so that a name two of
+    // them share can be blamed on the mount.
+    auto bindChild = [&](Instance &child, std::vector<NameSegment> name,
+                         const std::string &from) {
+      mountChain.push_back({source(from), mountedNodes++});
+      bindNode(child, join(prefix, name));
+      mountChain.pop_back();
+    };
+    for (const ChildDecl &c : node.module->children) {
+      std::string from;
+      if (auto it = node.instances.find(c.name); it != node.instances.end()) {
+        std::vector<NameSegment> name =
+            mountOf(c, *it->second, nullptr, false, from);
+        bindChild(*it->second, std::move(name), from);
+        continue;
+      }
+      auto it = node.stacks.find(c.name);
+      if (it == node.stacks.end())
+        continue;
+      bool staged = !node.parent && !it->second.empty() &&
+                    it->second.front()->stage.kind == Placement::Layer;
+      for (auto &child : it->second) {
+        Value index = Value::integer(child->stackIndex);
+        std::vector<NameSegment> name =
+            mountOf(c, *child, &index, staged, from);
+        bindChild(*child, std::move(name), from);
+      }
+      if (staged)
+        out.layout.stagedLayers = int64_t(it->second.size());
+    }
+  }
+
+public:
+  /// Errors reported together (the block scales of several entries).
+  std::vector<EvalError> errors;
+
+private:
+  /// The mounts that place the node being bound, outermost first, and a
+  /// number for each node they place.
+  std::vector<std::pair<int, int>> mountChain;
+  int mountedNodes = 0;
+  std::map<std::string, int> sourceIds;
+
+private:
+  Model &model;
+  const BackendDecl &backend;
+  std::shared_ptr<std::map<std::string, std::string>> choices;
+  BoundLayout &out;
+  std::map<std::string, const LayoutDecl *> layouts;
+  std::map<std::string, int> paramIndex;
+  std::map<std::string, const ShardDecl *> overrides;
+  std::map<Instance *, int> units;
+};
+
+} // namespace
+
+std::map<std::string, std::string>
+mdl::rt::defaultChoices(Model &model, const BackendDecl &backend) {
+  std::map<std::string, std::string> out;
+  for (const ChoiceDecl &c : backend.choices)
+    out[c.name] = c.options.front();
+  for (const LayoutDecl &l : backend.layouts) {
+    if (l.module != model.root().module->name)
+      continue;
+    for (const LayoutDecl::ChoiceDefault &d : l.choiceDefaults) {
+      auto it = std::find_if(backend.choices.begin(), backend.choices.end(),
+                             [&](const auto &c) { return c.name == d.choice; });
+      if (it == backend.choices.end())
+        continue;
+      std::string value =
+          at(d.where, [&] { return evalOne(model.root(), d.value, {}).s; });
+      if (std::find(it->options.begin(), it->options.end(), value) ==
+          it->options.end()) {
+        std::string options;
+        for (const std::string &o : it->options)
+          options += (options.empty() ? "" : ", ") + o;
+        fail(d.where, "the default of choice '" + d.choice + "' is '" + value +
+                          "', which is not one of its options (" + options +
+                          ")");
+      }
+      out[d.choice] = value;
+    }
+  }
+  return out;
+}
+
+std::optional<std::map<std::string, std::string>>
+mdl::rt::defaultChoices(Model &model, const BackendDecl &backend,
+                        std::string &error) {
+  try {
+    return defaultChoices(model, backend);
+  } catch (EvalError &e) {
+    error = e.text();
+    return std::nullopt;
+  }
+}
+
+std::optional<BoundLayout>
+mdl::rt::bindModel(Model &model, const BackendDecl &backend,
+                   const std::map<std::string, std::string> &choices,
+                   std::string &error) {
+  std::vector<EvalError> errors;
+  std::optional<BoundLayout> out = bindModel(model, backend, choices, errors);
+  if (!out)
+    error = errors.front().text();
+  return out;
+}
+
+std::optional<BoundLayout>
+mdl::rt::bindModel(Model &model, const BackendDecl &backend,
+                   const std::map<std::string, std::string> &choices,
+                   std::vector<EvalError> &errors) {
+  auto bound = std::make_shared<std::map<std::string, std::string>>();
+  for (const auto &[name, value] : choices) {
+    auto it = std::find_if(backend.choices.begin(), backend.choices.end(),
+                           [&](const auto &c) { return c.name == name; });
+    if (it == backend.choices.end() ||
+        std::find(it->options.begin(), it->options.end(), value) !=
+            it->options.end())
+      continue;
+    std::string options;
+    for (const std::string &o : it->options)
+      options += " " + o;
+    errors.push_back({"backend " + backend.name + " has no option '" + value +
+                          "' for choice '" + name + "' (options:" + options +
+                          ")",
+                      it->where});
+    return std::nullopt;
+  }
+  BoundLayout out;
+  Binder binder(model, backend, bound, out);
+  try {
+    *bound = defaultChoices(model, backend);
+    for (const auto &[name, value] : choices)
+      if (bound->count(name))
+        (*bound)[name] = value;
+    binder.run();
+  } catch (EvalError &e) {
+    errors = e.reported ? std::move(binder.errors)
+                        : std::vector<EvalError>{std::move(e)};
+    if (errors.empty()) // a bug: a failure counted but never said
+      errors.push_back({"internal error: binding failed without a message"});
+    return std::nullopt;
+  }
+  return out;
+}
