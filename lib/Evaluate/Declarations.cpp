@@ -186,7 +186,9 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
           {name.str(), kind, std::move(e), std::move(factors), where(&op)});
     };
     // What parameters and linears declare alike: the expert axis that
-    // leads their axes, name, dtype, condition and place.
+    // leads their axes, name, dtype and place. (Each case makes its
+    // condition last: expressions are numbered in the order they are
+    // made, and the generated code lists them so.)
     auto expertAxis = [&](auto decl) {
       SmallVector<Attribute> axes;
       if (auto e = decl.getExpertAttr())
@@ -200,7 +202,6 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
         d.expert = e->str();
       if (auto t = decl.getDtype())
         d.dtype = toDType(*t);
-      d.cond = fnOrNone(decl.getCond());
       d.where = where(decl);
       return d;
     };
@@ -241,6 +242,7 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
           rt::ParamDecl &d = declareParam(p);
           d.axes = axesOf(m, axes);
           style(m, p.getStyleAttr(), d);
+          d.cond = fnOrNone(p.getCond());
         })
         .Case<LinearOp>([&](LinearOp l) {
           // The weight is [out..., in...], as torch stores it.
@@ -259,6 +261,7 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
             d.biasCond = fnOrNone(l.getBiasCond());
           }
           d.scaleBlock = fnOrNone(l.getScaleBlock());
+          d.cond = fnOrNone(l.getCond());
         })
         .Case<InstanceOp, StackOp>(
             [&](Operation *c) { out.children.push_back(child(m, c)); })

@@ -3,7 +3,7 @@
 // time (as mdl-convert's worker threads fill chunks of a file) equals the
 // whole copy. Prints the number of cases and of mismatches.
 
-#include "mdl/Runtime/Convert/Convert.h"
+#include "mdl/Runtime/Convert/Copy.h"
 
 #include <cstdio>
 #include <algorithm>
