@@ -19,7 +19,9 @@
 #include "mdl/Runtime/Base/File.h"
 #include "mdl/Runtime/Model/Generated.h"
 #include "mdl/Runtime/Model/Report.h"
+#include "mdl/Runtime/Convert/Transfer.h"
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -89,6 +91,96 @@ ParallelConfig parallelOf(const std::map<std::string, py::object> &given) {
     throw Error(*why);
   return c;
 }
+
+/// A transfer plan as Python reads it: tables of numbers (numpy arrays of
+/// int64, a row per segment, dimension or bucket) and the tensors they
+/// index.
+class PyTransferPlan {
+public:
+  explicit PyTransferPlan(std::unique_ptr<TransferPlan> plan)
+      : plan(std::move(plan)) {}
+
+  std::string digest() const { return plan->digest(); }
+  int64_t numSrcRanks() const { return plan->numSrcRanks(); }
+  int64_t numDstRanks() const { return plan->numDstRanks(); }
+  uint64_t bucketBytes() const { return plan->bucketBytes(); }
+  const std::vector<std::string> &params() const { return plan->params; }
+
+  /// (name, shape, dtype) of each tensor a rank reads or writes.
+  std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>>
+  tensors(bool source, int64_t rank) const {
+    int64_t n = source ? plan->numSrcRanks() : plan->numDstRanks();
+    if (rank < 0 || rank >= n)
+      throw Error(std::string(source ? "source" : "destination") + " rank " +
+                  std::to_string(rank) + " does not exist: the plan has " +
+                  std::to_string(n));
+    std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>> out;
+    for (const TransferTensor &t : source ? plan->sourceTensors(rank)
+                                          : plan->destinationTensors(rank))
+      out.emplace_back(t.name, t.shape, std::string(safetensorsName(t.dtype)));
+    return out;
+  }
+
+  /// A row per segment: source rank, source tensor, destination rank,
+  /// destination tensor, parameter, bucket, first dimension, dimensions,
+  /// source offset, destination offset, bucket offset (bytes), elements.
+  py::array_t<int64_t> segments() const {
+    return table(plan->segments, 12, [](const TransferSegment &s, int64_t *r) {
+      int64_t v[] = {s.srcRank,   s.srcTensor, s.dstRank,      s.dstTensor,
+                     s.param,     s.bucket,    s.firstDim,     s.numDims,
+                     s.srcOffset, s.dstOffset, int64_t(s.bucketOffset),
+                     s.elements};
+      std::copy(std::begin(v), std::end(v), r);
+    });
+  }
+  /// The value added to each segment's elements after the cast.
+  py::array_t<double> shifts() const {
+    py::array_t<double> out(py::ssize_t(plan->segments.size()));
+    auto w = out.mutable_unchecked<1>();
+    for (size_t i = 0; i < plan->segments.size(); ++i)
+      w(py::ssize_t(i)) = plan->segments[i].shift;
+    return out;
+  }
+  /// A row per dimension: size, source stride, destination stride.
+  py::array_t<int64_t> dims() const {
+    return table(plan->dims, 3, [](const TransferDim &d, int64_t *r) {
+      r[0] = d.size, r[1] = d.srcStride, r[2] = d.dstStride;
+    });
+  }
+  /// A row per bucket, in schedule order: source rank, destination rank,
+  /// bytes, first segment, segments, round, sent from the tensor itself,
+  /// received into the tensor itself.
+  py::array_t<int64_t> buckets() const {
+    return table(plan->buckets, 8, [](const TransferBucket &b, int64_t *r) {
+      int64_t v[] = {b.srcRank,      b.dstRank,     int64_t(b.bytes),
+                     b.firstSegment, b.numSegments, b.round,
+                     b.directSrc,    b.directDst};
+      std::copy(std::begin(v), std::end(v), r);
+    });
+  }
+  std::vector<std::tuple<int64_t, int64_t, uint64_t>> links() const {
+    return plan->links();
+  }
+  uint64_t bytesIn(int64_t rank) const { return plan->bytesIn(rank); }
+  uint64_t bytesOut(int64_t rank) const { return plan->bytesOut(rank); }
+  uint64_t peakStaging(bool source, int64_t rank) const {
+    return plan->peakStaging(source, rank);
+  }
+
+private:
+  template <typename T, typename Fn>
+  static py::array_t<int64_t> table(const std::vector<T> &rows, size_t width,
+                                    Fn &&fill) {
+    py::array_t<int64_t> out(
+        {py::ssize_t(rows.size()), py::ssize_t(width)});
+    int64_t *data = out.mutable_data();
+    for (size_t i = 0; i < rows.size(); ++i)
+      fill(rows[i], data + i * width);
+    return out;
+  }
+
+  std::unique_ptr<TransferPlan> plan;
+};
 
 /// A model of the compiled-in library instantiated for a config.json; with
 /// a checkpoint, as the checkpoint holds it (storage variants and open
@@ -309,6 +401,29 @@ public:
     return out;
   }
 
+  /// The transfer plan from `from` to `to` (TransferPlan).
+  PyTransferPlan
+  transferPlan(const std::string &from, const ParallelConfig &fromConfig,
+               const std::string &to, const ParallelConfig &toConfig,
+               uint64_t bucketBytes, int64_t replicas,
+               const std::optional<std::set<std::string>> &onlyParams) {
+    const Binding &src = valid(from, fromConfig), &dst = valid(to, toConfig);
+    TransferOptions options;
+    options.bucketBytes = bucketBytes;
+    options.dstReplicas = replicas;
+    options.onlyParams = onlyParams ? &*onlyParams : nullptr;
+    std::string error;
+    std::unique_ptr<TransferPlan> plan;
+    {
+      py::gil_scoped_release unlocked;
+      plan = TransferPlan::build(src, fromConfig, dst, toConfig, options,
+                                 error);
+    }
+    if (!plan)
+      throw Error(error);
+    return PyTransferPlan(std::move(plan));
+  }
+
   /// Writes the HF checkpoint of `sources` (rank -> tensors of `from`) to
   /// `outDir` as mdl-convert --to hf does: model.safetensors, or shards
   /// and their index above `maxShard` bytes, and config.json.
@@ -510,5 +625,21 @@ PYBIND11_MODULE(_mdl, m) {
       .def("convert", &PyModel::convert)
       .def("planned_copies", &PyModel::plannedCopies)
       .def("save_hf", &PyModel::saveHf)
-      .def("derived", &PyModel::derived);
+      .def("derived", &PyModel::derived)
+      .def("transfer_plan", &PyModel::transferPlan);
+  py::class_<PyTransferPlan>(m, "TransferPlan")
+      .def_property_readonly("digest", &PyTransferPlan::digest)
+      .def_property_readonly("num_src_ranks", &PyTransferPlan::numSrcRanks)
+      .def_property_readonly("num_dst_ranks", &PyTransferPlan::numDstRanks)
+      .def_property_readonly("bucket_bytes", &PyTransferPlan::bucketBytes)
+      .def_property_readonly("params", &PyTransferPlan::params)
+      .def("tensors", &PyTransferPlan::tensors)
+      .def("segments", &PyTransferPlan::segments)
+      .def("shifts", &PyTransferPlan::shifts)
+      .def("dims", &PyTransferPlan::dims)
+      .def("buckets", &PyTransferPlan::buckets)
+      .def("links", &PyTransferPlan::links)
+      .def("bytes_in", &PyTransferPlan::bytesIn)
+      .def("bytes_out", &PyTransferPlan::bytesOut)
+      .def("peak_staging", &PyTransferPlan::peakStaging);
 }

@@ -665,12 +665,19 @@ std::vector<RankContext> mdl::rt::rankContexts(const ParallelConfig &config,
 std::vector<RankTensor> mdl::rt::rankTensors(const ModelLayout &m,
                                              const ParallelConfig &config,
                                              int64_t rank) {
+  return rankTensors(Planner(m, config), rank);
+}
+
+std::vector<RankTensor> mdl::rt::rankTensors(const Planner &planner,
+                                             int64_t rank,
+                                             const std::vector<bool> *skip) {
   std::vector<RankTensor> out;
-  Planner planner(m, config);
+  const ModelLayout &m = planner.model();
+  const ParallelConfig &config = planner.config();
   for (const RankContext &ctx : rankContexts(config, rank)) {
     std::string prefix =
         config.vpp > 1 ? "model" + std::to_string(ctx.chunk) + "." : "";
-    for (const LocalTensor &lt : planner.tensors(ctx, nullptr))
+    for (const LocalTensor &lt : planner.tensors(ctx, nullptr, skip))
       for (int64_t i = 0; i < lt.familySize(); ++i) {
         RankTensor t;
         t.name = prefix + lt.name(m, i);

@@ -92,6 +92,11 @@ std::vector<RankContext> rankContexts(const ParallelConfig &config,
 std::vector<RankTensor> rankTensors(const ModelLayout &m,
                                     const ParallelConfig &config,
                                     int64_t rank);
+class Planner;
+/// The same with a planner of the configuration, leaving out the tensor
+/// specs marked in `skip`.
+std::vector<RankTensor> rankTensors(const Planner &planner, int64_t rank,
+                                    const std::vector<bool> *skip = nullptr);
 
 /// One concrete tensor of a rank: its name, stored shape and dtype.
 /// Families are expanded, one entry per index.

@@ -28,7 +28,8 @@ import numpy
 __version__ = _mdl.__version__
 
 __all__ = ["Error", "Model", "SyncPlan", "Tensor", "Copy", "models",
-           "load_rank", "gather_hf", "save_hf", "__version__"]
+           "load_rank", "gather_hf", "save_hf", "TransferPlan", "sync",
+           "SyncReport", "__version__"]
 
 #: A tensor of a rank: its name, shape and safetensors dtype ("BF16", ...).
 Tensor = collections.namedtuple("Tensor", "name shape dtype")
@@ -389,3 +390,6 @@ class SyncPlan:
         return self.model.convert(self.src, self.dst, dst_rank,
                                   rank_dicts=src_rank_dicts, out=out,
                                   params=self.params, threads=threads)
+
+
+from .sync import SyncReport, TransferPlan, sync  # noqa: E402
