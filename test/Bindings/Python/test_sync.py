@@ -168,6 +168,17 @@ def test_buckets_tile_and_rounds_share(hf, model, src, dst):
         split |= any(t.name for t in plan.tensors(("dst", d))
                      if np.prod(t.shape) * SIZES[t.dtype] > cap)
     assert split  # some tensor is larger than a bucket
+    # Staging: two buffers of a process's largest bucket that does not go
+    # from or into a tensor itself (one is filled while one is sent).
+    rows = buckets.tolist()
+    for side, rank_col, direct_col, n in (
+            ("src", 0, 6, plan.num_src_ranks),
+            ("dst", 1, 7, plan.num_dst_ranks)):
+        for r in range(n):
+            staged = [row[2] for row in rows
+                      if row[rank_col] == r and not row[direct_col]]
+            want = max(staged) * min(len(staged), 2) if staged else 0
+            assert plan.peak_staging((side, r)) == want <= 2 * cap
     # Rounds never decrease along the schedule.
     assert (np.diff(buckets[:, 5]) >= 0).all()
 
@@ -376,6 +387,12 @@ def test_sync_equals_mdl_convert(hf, synced, name):
         assert r["report"]["bytes_received"] == plan.bytes_in(rank) == \
             sum(expect.values()), (name, rank)
         assert r["report"]["verified"] is True
+        # vLLM keeps a transposed copy of each GDN conv1d weight: stale
+        # once the weight is written, per layer.
+        conv = sorted(n + "_t" for n in r["report"]["written"]
+                      if n.endswith("linear_attn.conv1d.weight"))
+        assert sorted(d["name"] for d in r["report"]["stale"]) == conv
+        assert bool(conv) == model.startswith("qwen3_5"), (name, conv)
     senders = [r for r in res.values() if r["role"][0] == "src"]
     assert sum(r["report"]["bytes_sent"] for r in senders) == \
         sum(plan.bytes_in(d) for d in range(plan.num_dst_ranks))
