@@ -1,6 +1,6 @@
 //===- mdl-safetensors.cpp - Inspect and write safetensors files ----------===//
 //
-//   mdl-safetensors list [--header-only] FILE|DIR
+//   mdl-safetensors list [--header-only] [--chunks] FILE|DIR
 //   mdl-safetensors index INDEX.json
 //   mdl-safetensors cat FILE|DIR NAME
 //   mdl-safetensors write OUT.safetensors SPEC.json
@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Runtime/Checkpoint/Checkpoint.h"
+#include "mdl/Runtime/Checkpoint/DistCheckpoint.h"
 #include "mdl/Runtime/Base/Cli.h"
 #include "mdl/Runtime/Base/DType.h"
 #include "mdl/Runtime/Base/File.h"
@@ -34,13 +35,21 @@ using namespace mdl::rt;
 static const char *kUsage = R"(usage: mdl-safetensors <command> ARGS...
 
 Commands:
-  list [--header-only] FILE|DIR
+  list [--header-only] [--chunks] FILE|DIR
                       every tensor, name<TAB>[d0,d1,...]<TAB>dtype, sorted
                       by name; DIR is a checkpoint (index and shards, one
-                      model.safetensors, or all *.safetensors). With
-                      --header-only, reads headers without mapping the data
+                      model.safetensors, or all *.safetensors) or a
+                      distributed checkpoint (a directory with .metadata:
+                      its tensors' global shapes, and its bytes items as
+                      name<TAB>bytes). With --header-only, reads headers
+                      (a distributed checkpoint's .metadata) without mapping
+                      the data. With --chunks, each chunk of a distributed
+                      checkpoint's tensor under it, as
+                      <TAB>[offsets]+[sizes]<TAB>FILE@OFFSET+LENGTH
   index INDEX.json    the weight_map of an index, name<TAB>file, by name
-  cat FILE|DIR NAME   the raw bytes of tensor NAME on stdout
+  cat FILE|DIR NAME   the raw bytes of tensor NAME on stdout (of a
+                      distributed checkpoint's tensor, assembled from its
+                      chunks; of a bytes item, the item)
   write OUT SPEC.json write a file described by SPEC, an object
                         {"NAME": {"dtype": "F32", "shape": [2, 3],
                                   "fill": FILL}, ...,
@@ -81,7 +90,40 @@ int inputError(const std::string &message) {
   return 1;
 }
 
-int list(const std::string &path, bool headersOnly) {
+/// The item bytes of a chunk, as `--chunks` prints them.
+std::string chunkLine(const DistCheckpoint &ckpt, const DistChunk &c) {
+  return "\t" + shapeText(c.offsets) + "+" + shapeText(c.sizes) + "\t" +
+         ckpt.files()[c.file] + "@" + std::to_string(c.itemOffset) + "+" +
+         std::to_string(c.itemLength) + "\n";
+}
+
+int listDist(const std::string &path, bool headersOnly, bool chunks) {
+  std::string error;
+  std::unique_ptr<DistCheckpoint> ckpt =
+      DistCheckpoint::open(path, error, headersOnly);
+  if (!ckpt)
+    return inputError(error);
+  std::string out;
+  for (const auto &[name, e] : ckpt->entries()) {
+    out += name + "\t" +
+           (e.bytes ? "bytes"
+                    : shapeText(e.shape) + "\t" +
+                          std::string(safetensorsName(e.dtype))) +
+           "\n";
+    if (chunks)
+      for (const DistChunk &c : e.chunks)
+        out += chunkLine(*ckpt, c);
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int list(const std::string &path, bool headersOnly, bool chunks) {
+  if (isDistCheckpoint(path))
+    return listDist(path, headersOnly, chunks);
+  if (chunks)
+    return usageError("--chunks lists the chunks of a distributed checkpoint, "
+                      "and " + path + " is none (it has no .metadata)");
   std::string error;
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(path, error, headersOnly);
   if (!ckpt)
@@ -104,7 +146,36 @@ int index(const std::string &path) {
   return 0;
 }
 
+int writeOut(const uint8_t *data, size_t n) {
+  if (n && std::fwrite(data, 1, n, stdout) != n)
+    return inputError(std::string("cannot write to stdout: ") +
+                      std::strerror(errno));
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+int catDist(const std::string &path, const std::string &name) {
+  std::string error;
+  std::unique_ptr<DistCheckpoint> ckpt = DistCheckpoint::open(path, error);
+  if (!ckpt)
+    return inputError(error);
+  const DistEntry *e = ckpt->find(name);
+  if (!e)
+    return inputError(path + ": no tensor '" + name + "'");
+  if (e->bytes) {
+    const DistChunk &c = e->chunks.front();
+    std::shared_ptr<MappedFile> f = MappedFile::open(ckpt->path(c.file), error);
+    if (!f)
+      return inputError(error);
+    return writeOut(f->bytes() + c.itemOffset, size_t(c.itemLength));
+  }
+  std::vector<uint8_t> buffer(size_t(e->numElements()) * byteSize(e->dtype));
+  ckpt->read(*e, buffer.data());
+  return writeOut(buffer.data(), buffer.size());
+}
+
 int cat(const std::string &path, const std::string &name) {
+  if (isDistCheckpoint(path))
+    return catDist(path, name);
   std::string error;
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(path, error);
   if (!ckpt)
@@ -112,11 +183,7 @@ int cat(const std::string &path, const std::string &name) {
   const Checkpoint::TensorRef *ref = ckpt->find(name);
   if (!ref)
     return inputError(path + ": no tensor '" + name + "'");
-  size_t n = size_t(ref->info->numBytes());
-  if (n && std::fwrite(ckpt->data(*ref), 1, n, stdout) != n)
-    return inputError(std::string("cannot write to stdout: ") +
-                      std::strerror(errno));
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  return writeOut(ckpt->data(*ref), size_t(ref->info->numBytes()));
 }
 
 //===----------------------------------------------------------------------===//
@@ -360,11 +427,19 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cmd == "list") {
-    bool headersOnly = args.size() == 3 && args[1] == "--header-only";
-    if (args.size() != (headersOnly ? 3u : 2u) ||
-        (!headersOnly && args[1].rfind("--", 0) == 0))
-      return usageError("list takes [--header-only] FILE|DIR");
-    return list(args.back(), headersOnly);
+    bool headersOnly = false, chunks = false;
+    std::vector<std::string> paths;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--header-only")
+        headersOnly = true;
+      else if (args[i] == "--chunks")
+        chunks = true;
+      else
+        paths.push_back(args[i]);
+    }
+    if (paths.size() != 1 || paths[0].rfind("--", 0) == 0)
+      return usageError("list takes [--header-only] [--chunks] FILE|DIR");
+    return list(paths[0], headersOnly, chunks);
   }
   if (cmd == "index") {
     if (args.size() != 2)

@@ -266,13 +266,13 @@ bool ZipFile::verify(const Entry &e, std::string &error) const {
   return false;
 }
 
-ZipFile::~ZipFile() {
+MappedFile::~MappedFile() {
   if (base)
-    ::munmap(const_cast<uint8_t *>(base), size_t(size));
+    ::munmap(const_cast<uint8_t *>(base), size_t(length));
 }
 
-std::unique_ptr<ZipFile> ZipFile::open(const std::string &path,
-                                       std::string &error) {
+std::shared_ptr<MappedFile> MappedFile::open(const std::string &path,
+                                             std::string &error) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     error = path + ": cannot open: " + std::strerror(errno);
@@ -284,22 +284,53 @@ std::unique_ptr<ZipFile> ZipFile::open(const std::string &path,
     ::close(fd);
     return nullptr;
   }
+  std::shared_ptr<MappedFile> f(new MappedFile());
+  f->filePath = path;
+  f->length = uint64_t(st.st_size);
+  if (f->length > 0) {
+    void *map =
+        ::mmap(nullptr, size_t(f->length), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      error = path + ": cannot map into memory: " + std::strerror(errno);
+      ::close(fd);
+      return nullptr;
+    }
+    f->base = static_cast<const uint8_t *>(map);
+  }
+  ::close(fd);
+  return f;
+}
+
+std::unique_ptr<ZipFile> ZipFile::open(const std::string &path,
+                                       std::string &error) {
+  std::shared_ptr<MappedFile> file = MappedFile::open(path, error);
+  if (!file)
+    return nullptr;
+  uint64_t size = file->size();
+  return openWindow(std::move(file), 0, size, path, error);
+}
+
+std::unique_ptr<ZipFile> ZipFile::openWindow(std::shared_ptr<MappedFile> file,
+                                             uint64_t offset, uint64_t length,
+                                             std::string what,
+                                             std::string &error) {
+  if (offset > file->size() || length > file->size() - offset) {
+    error = what + ": runs past the end of " + file->path() + " (bytes " +
+            std::to_string(offset) + " to " + std::to_string(offset + length) +
+            " of " + std::to_string(file->size()) + ")";
+    return nullptr;
+  }
   std::unique_ptr<ZipFile> z(new ZipFile());
-  z->filePath = path;
-  z->size = uint64_t(st.st_size);
+  z->filePath = std::move(what);
+  z->size = length;
+  z->window = offset;
+  z->base = file->bytes() + offset;
+  z->mapping = std::move(file);
   if (z->size < 22) {
-    ::close(fd);
-    error = path + ": not a zip archive (" + std::to_string(z->size) +
+    error = z->filePath + ": not a zip archive (" + std::to_string(z->size) +
             " bytes, no end of central directory record)";
     return nullptr;
   }
-  void *map = ::mmap(nullptr, size_t(z->size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) {
-    error = path + ": cannot map into memory: " + std::strerror(errno);
-    return nullptr;
-  }
-  z->base = static_cast<const uint8_t *>(map);
   if (!z->readDirectory(error))
     return nullptr;
   return z;

@@ -57,32 +57,65 @@ private:
   uint64_t end = 0;
 };
 
-/// A zip archive mapped read-only (MAP_PRIVATE): its central directory is
-/// read and checked on open; entries' data are read only when used. Only
-/// stored (uncompressed) entries can be read.
+/// A regular file mapped read-only (MAP_PRIVATE), shared by what is read
+/// from it. Mapping reads nothing: pages are read when touched.
+class MappedFile {
+public:
+  static std::shared_ptr<MappedFile> open(const std::string &path,
+                                          std::string &error);
+  ~MappedFile();
+  MappedFile(const MappedFile &) = delete;
+  MappedFile &operator=(const MappedFile &) = delete;
+
+  const std::string &path() const { return filePath; }
+  const uint8_t *bytes() const { return base; }
+  uint64_t size() const { return length; }
+
+private:
+  MappedFile() = default;
+  std::string filePath;
+  const uint8_t *base = nullptr;
+  uint64_t length = 0;
+};
+
+/// A zip archive in a file mapped read-only: the whole file, or a window of
+/// it (a torch.save item inside a distributed checkpoint's `.distcp` file,
+/// whose offsets are relative to the item's start). Its central directory
+/// is read and checked on open; entries' data are read only when used.
+/// Only stored (uncompressed) entries can be read.
 class ZipFile {
 public:
   struct Entry {
     std::string name;
-    uint64_t data = 0; // offset of its data in the file
+    uint64_t data = 0; // offset of its data in the archive
     uint64_t size = 0;
     uint32_t crc = 0;
   };
   static std::unique_ptr<ZipFile> open(const std::string &path,
                                        std::string &error);
-  ~ZipFile();
+  /// The archive that is bytes [offset, offset + length) of `file`;
+  /// messages name it `what`.
+  static std::unique_ptr<ZipFile> openWindow(std::shared_ptr<MappedFile> file,
+                                             uint64_t offset, uint64_t length,
+                                             std::string what,
+                                             std::string &error);
   ZipFile(const ZipFile &) = delete;
   ZipFile &operator=(const ZipFile &) = delete;
 
+  /// The name messages give the archive (its file's path, for a whole file).
   const std::string &path() const { return filePath; }
   const std::map<std::string, Entry, std::less<>> &entries() const {
     return byName;
   }
   const Entry *find(std::string_view name) const;
   const uint8_t *data(const Entry &e) const { return base + e.data; }
-  /// The mapped file.
+  /// The archive's first byte, mapped.
   const uint8_t *bytes() const { return base; }
+  /// The archive's size.
   uint64_t fileSize() const { return size; }
+  /// The mapped file, and where the archive starts in it.
+  const MappedFile &file() const { return *mapping; }
+  uint64_t windowOffset() const { return window; }
   /// Checks the entry's bytes against its CRC.
   bool verify(const Entry &e, std::string &error) const;
 
@@ -90,9 +123,10 @@ private:
   ZipFile() = default;
   bool readDirectory(std::string &error);
 
+  std::shared_ptr<MappedFile> mapping;
   std::string filePath;
   const uint8_t *base = nullptr;
-  uint64_t size = 0;
+  uint64_t size = 0, window = 0;
   std::map<std::string, Entry, std::less<>> byName;
 };
 
