@@ -52,6 +52,31 @@ void Converter::restrictSources(const std::set<int64_t> &ranks) {
     }
 }
 
+/// "the checkpoint of rank N" and, when it was read from files, which: the
+/// file, or the directory of its files.
+static std::string rankCheckpointText(int64_t rank, const Checkpoint &ckpt) {
+  std::string out = "the checkpoint of rank " + std::to_string(rank);
+  std::vector<const std::string *> files;
+  for (const auto &shard : ckpt.shards())
+    if (shard->mapped())
+      files.push_back(&shard->path);
+  if (files.empty())
+    return out;
+  if (files.size() == 1)
+    return out + " ('" + *files[0] + "')";
+  auto dirOf = [](const std::string &path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? std::string(".")
+                                      : path.substr(0, slash);
+  };
+  std::string dir = dirOf(*files[0]);
+  for (const std::string *f : files)
+    if (dirOf(*f) != dir)
+      return out + " ('" + *files[0] + "' and " +
+             std::to_string(files.size() - 1) + " more files)";
+  return out + " (" + std::to_string(files.size()) + " files in '" + dir + "')";
+}
+
 bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
                           std::string &error,
                           const std::set<std::string> &dropped) {
@@ -69,17 +94,16 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
     expected.insert(t.name);
     const Checkpoint::TensorRef *ref = ckpt->find(t.name);
     if (!ref) {
-      error = "the checkpoint of rank " + std::to_string(rank) +
-              " has no tensor '" + t.name + "', which " +
-              from.layout().model + " on " + from.layout().backend +
-              " holds there";
+      error = rankCheckpointText(rank, *ckpt) + " has no tensor '" + t.name +
+              "', which " + from.layout().model + " on " +
+              from.layout().backend + " holds there";
       return false;
     }
     if (ref->info->shape != t.shape || ref->info->dtype != t.dtype) {
       error = "tensor '" + t.name + "' is " + shapeText(ref->info->shape) +
-              " " + std::string(safetensorsName(ref->info->dtype)) +
-              " in the checkpoint, but the spec says " + shapeText(t.shape) +
-              " " + std::string(safetensorsName(t.dtype));
+              " " + std::string(safetensorsName(ref->info->dtype)) + " in " +
+              rankCheckpointText(rank, *ckpt) + ", but the spec says " +
+              shapeText(t.shape) + " " + std::string(safetensorsName(t.dtype));
       return false;
     }
     if (t.copy)
@@ -102,9 +126,12 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
   for (const auto &[name, ref] : ckpt->tensors())
     if (!expected.count(name) && !dropped.count(name) &&
         !from.layout().buffers.count(name)) {
-      error = "the checkpoint of rank " + std::to_string(rank) +
-              " holds tensor '" + name + "', which " + from.layout().model +
-              " on " + from.layout().backend + " does not describe there";
+      error = rankCheckpointText(rank, *ckpt) + " holds tensor '" + name + "'" +
+              (ref.shard->mapped() && ckpt->shards().size() > 1
+                   ? " (in '" + ref.shard->path + "')"
+                   : std::string()) +
+              ", which " + from.layout().model + " on " +
+              from.layout().backend + " does not describe there";
       return false;
     }
   keep.push_back(std::move(ckpt));
