@@ -18,6 +18,7 @@
 #include <set>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 using namespace mdl;
@@ -164,6 +165,9 @@ Converter::sourcesOf(int64_t rank,
 
 /// Runs of a source file shorter than this are copied from its mapping.
 constexpr uint64_t kMinFileCopy = 256 << 10;
+/// Sources read in runs shorter than this, and sparsely, are read without
+/// read-ahead.
+constexpr int64_t kSparseRun = 64 << 10;
 
 static bool isF8(DType t) {
   return t == DType::F8E4M3 || t == DType::F8E5M2;
@@ -200,10 +204,10 @@ struct Converter::Job {
     WeightSides sides;
   };
   std::vector<Dequant> dequants;
-  /// The dequantized pieces in place, computed by the first fill() and
-  /// dropped when the tensor is done.
-  mutable std::once_flag materializeOnce;
-  mutable std::vector<uint8_t> materialized;
+  /// The scales of each piece in `dequants`, gathered by the first fill()
+  /// and dropped when the tensor is done.
+  mutable std::once_flag scalesOnce;
+  mutable std::vector<std::vector<float>> scales;
 };
 
 /// A contiguous (row-major) box like `box`.
@@ -358,62 +362,85 @@ bool Converter::planDequant(
   return true;
 }
 
-void Converter::materialize(const Job &job) const {
+void Converter::dequantize(const Job &job, int64_t begin, int64_t end,
+                           uint8_t *out) const {
   const RankTensor &t = *job.tensor;
   size_t size = byteSize(t.dtype);
-  job.materialized.assign(job.size, 0);
-  for (const Job::Dequant &d : job.dequants) {
+  // The scales of every piece, gathered once: a 4-byte float per block of
+  // block x block weights.
+  std::call_once(job.scalesOnce, [&] {
+    job.scales.resize(job.dequants.size());
+    for (size_t k = 0; k < job.dequants.size(); ++k) {
+      const Job::Dequant &d = job.dequants[k];
+      job.scales[k].resize(size_t(d.scaleBox.numElements()));
+      int64_t lo, hi;
+      for (const Job::Copy &c : d.scaleCopies)
+        c.box.run(c.data, reinterpret_cast<uint8_t *>(job.scales[k].data()),
+                  0, int64_t(job.scales[k].size()), lo, hi);
+    }
+  });
+  const std::array<float, 256> &e4m3 = e4m3Floats();
+  std::vector<uint8_t> values;
+  for (size_t k = 0; k < job.dequants.size(); ++k) {
+    const Job::Dequant &d = job.dequants[k];
+    const std::vector<float> &scales = job.scales[k];
     const Param &w = to.layout().params[size_t(d.target.param)];
-    std::vector<uint8_t> values(size_t(d.weightBox.numElements()));
-    std::vector<float> scales(size_t(d.scaleBox.numElements()));
-    int64_t lo, hi;
-    for (const Job::Copy &c : d.weightCopies)
-      c.box.run(c.data, values.data(), 0, int64_t(values.size()), lo, hi);
-    for (const Job::Copy &c : d.scaleCopies)
-      c.box.run(c.data, reinterpret_cast<uint8_t *>(scales.data()), 0,
-                int64_t(scales.size()), lo, hi);
     size_t numExperts = d.sides.expert.size();
     int64_t rows = d.scaleBox.count[numExperts],
             cols = d.scaleBox.count[numExperts + 1];
     int64_t rowBlock0 = d.scaleBox.lo[numExperts],
             colBlock0 = d.scaleBox.lo[numExperts + 1];
-    // Every element of the box, row-major over the weight's atoms, a run
-    // along the last atom at a time: there the block row and column, the
-    // expert and the target offset move by fixed steps.
-    const std::array<float, 256> &e4m3 = e4m3Floats();
+    // Every run of the box along its last atom (there the block row and
+    // column, the expert and the target element move by fixed steps) that
+    // has elements in the window: its E4M3 values read, multiplied (in f32,
+    // as DeepSeek's weight_dequant does) and rounded once.
     std::vector<int64_t> c = d.target.lo;
     size_t last = c.size() - 1;
     int64_t run = d.target.count[last], stride = d.target.stride[last];
     int64_t outStep = flatStep(d.sides.out, w.sizes, last),
             inStep = flatStep(d.sides.in, w.sizes, last), expertStep = 0;
-    for (size_t k = 0; k < numExperts; ++k)
-      expertStep = d.sides.expert[k] == last ? 1
-                                             : expertStep * d.scaleBox.count[k];
-    uint8_t *out = job.materialized.data();
-    for (size_t i = 0; i < values.size(); i += size_t(run)) {
-      int64_t expert = 0;
-      for (size_t k = 0; k < numExperts; ++k) {
-        size_t a = d.sides.expert[k];
-        expert = expert * d.scaleBox.count[k] + (c[a] - d.target.lo[a]);
-      }
-      int64_t outIndex = flatIndex(d.sides.out, w.sizes, c),
-              inIndex = flatIndex(d.sides.in, w.sizes, c);
+    for (size_t e = 0; e < numExperts; ++e)
+      expertStep = d.sides.expert[e] == last ? 1
+                                             : expertStep * d.scaleBox.count[e];
+    values.resize(size_t(run));
+    int64_t boxElements = d.weightBox.numElements();
+    for (int64_t i = 0; i < boxElements; i += run) {
       int64_t at = d.target.base;
       for (size_t a = 0; a < c.size(); ++a)
         at += (c[a] - d.target.lo[a]) * d.target.stride[a];
-      for (int64_t j = 0; j < run; ++j) {
-        int64_t row = (outIndex + j * outStep) / d.block - rowBlock0;
-        int64_t col = (inIndex + j * inStep) / d.block - colBlock0;
-        float product =
-            e4m3[values[i + size_t(j)]] *
-            scales[size_t(((expert + j * expertStep) * rows + row) * cols +
-                          col)];
-        uint8_t *dst = out + (at + j * stride) * size;
-        if (t.dtype == DType::BF16) { // storeValue's rounding, for a float
-          uint16_t h = floatToBf16(product);
-          std::memcpy(dst, &h, 2);
-        } else {
-          storeValue(product, t.dtype, dst);
+      // The run's elements inside the window: [j0, j1).
+      int64_t j0 = 0, j1 = run;
+      if (stride > 0) {
+        if (at < begin)
+          j0 = (begin - at + stride - 1) / stride;
+        j1 = std::min(run, std::max<int64_t>(0, end - at + stride - 1) /
+                               stride);
+      }
+      if (j0 < j1) {
+        int64_t lo, hi;
+        for (const Job::Copy &copy : d.weightCopies)
+          copy.box.run(copy.data, values.data(), i, i + run, lo, hi);
+        int64_t expert = 0;
+        for (size_t e = 0; e < numExperts; ++e) {
+          size_t a = d.sides.expert[e];
+          expert = expert * d.scaleBox.count[e] + (c[a] - d.target.lo[a]);
+        }
+        int64_t outIndex = flatIndex(d.sides.out, w.sizes, c),
+                inIndex = flatIndex(d.sides.in, w.sizes, c);
+        for (int64_t j = j0; j < j1; ++j) {
+          int64_t row = (outIndex + j * outStep) / d.block - rowBlock0;
+          int64_t col = (inIndex + j * inStep) / d.block - colBlock0;
+          float product =
+              e4m3[values[size_t(j)]] *
+              scales[size_t(((expert + j * expertStep) * rows + row) * cols +
+                            col)];
+          uint8_t *dst = out + (at + j * stride - begin) * int64_t(size);
+          if (t.dtype == DType::BF16) { // storeValue's rounding, for a float
+            uint16_t h = floatToBf16(product);
+            std::memcpy(dst, &h, 2);
+          } else {
+            storeValue(product, t.dtype, dst);
+          }
         }
       }
       for (size_t a = last; a-- > 0;) {
@@ -434,13 +461,13 @@ bool Converter::fill(const Job &job, uint64_t offset, uint8_t *out, size_t n,
     return false;
   }
   // Padding (vocabulary rows past the end) stays zero.
-  if (!job.dequants.empty()) {
-    std::call_once(job.materializeOnce, [&] { materialize(job); });
-    std::memcpy(out, job.materialized.data() + offset, n);
-  } else if (job.padded) {
+  if (job.padded || !job.dequants.empty())
     std::memset(out, 0, n);
-  }
   int64_t begin = int64_t(offset / size), end = begin + int64_t(n / size);
+  // Dequantized pieces are computed a window at a time, which bounds the
+  // memory a large FP8 tensor takes to its scales.
+  if (!job.dequants.empty())
+    dequantize(job, begin, end, out);
   for (const Job::Copy &c : job.copies) {
     int64_t readLo, readHi;
     c.box.run(c.data, out, begin, end, readLo, readHi);
@@ -452,6 +479,45 @@ bool Converter::fill(const Job &job, uint64_t offset, uint8_t *out, size_t n,
     }
   }
   return true;
+}
+
+void Converter::adviseSparseReads(const std::vector<const Job *> &jobs) {
+  // Read-ahead around a fault of a mapping reads far more than a short run
+  // (a row-parallel slice of each row, an expert-tensor slice of each
+  // expert's rows): it fetches the whole tensor for an eighth of it.
+  struct Reads {
+    uint64_t bytes = 0, tensorBytes = 0;
+    int64_t shortestRun = INT64_MAX;
+  };
+  std::map<const uint8_t *, Reads> reads;
+  auto count = [&](const SourceCopy &c, uint64_t tensorBytes) {
+    if (!c.file)
+      return;
+    Reads &r = reads[c.data];
+    r.bytes += uint64_t(c.box.size) * byteSize(c.box.sourceType());
+    r.tensorBytes = tensorBytes;
+    r.shortestRun = std::min(r.shortestRun, c.box.sourceRunBytes());
+  };
+  for (const Job *job : jobs) {
+    std::map<const uint8_t *, uint64_t> sizes(job->sources.begin(),
+                                              job->sources.end());
+    for (const SourceCopy &c : job->copies)
+      count(c, sizes[c.data]);
+    for (const Job::Dequant &d : job->dequants) {
+      for (const SourceCopy &c : d.weightCopies)
+        count(c, sizes[c.data]);
+      for (const SourceCopy &c : d.scaleCopies)
+        count(c, sizes[c.data]);
+    }
+  }
+  uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  for (const auto &[data, r] : reads) {
+    if (r.shortestRun >= kSparseRun || 2 * r.bytes >= r.tensorBytes)
+      continue;
+    uintptr_t first = reinterpret_cast<uintptr_t>(data) / page * page;
+    uintptr_t last = reinterpret_cast<uintptr_t>(data) + r.tensorBytes;
+    ::madvise(reinterpret_cast<void *>(first), last - first, MADV_RANDOM);
+  }
 }
 
 bool Converter::writeRank(
@@ -502,6 +568,11 @@ bool Converter::writeFiles(
       state.bytesTotal += jobs[f][i].size;
     }
   }
+  std::vector<const Job *> planned;
+  for (const std::vector<Job> &fileJobs : jobs)
+    for (const Job &job : fileJobs)
+      planned.push_back(&job);
+  adviseSparseReads(planned);
 
   // Files are written several at a time, each on its own threads: writes
   // to one file take its lock, writes to different files run in parallel.
@@ -545,7 +616,7 @@ bool Converter::writeFiles(
       return;
     for (const auto &[data, bytes] : job->sources)
       SafetensorsFile::release(data, bytes);
-    std::vector<uint8_t>().swap(job->materialized);
+    std::vector<std::vector<float>>().swap(job->scales);
     std::lock_guard<std::mutex> lock(mutex);
     state.bytesDone += job->size;
     ++state.tensorsDone;
@@ -697,6 +768,10 @@ bool Converter::fillTensors(int64_t rank,
     if (onlyParams)
       jobs[i].padded = false;
   }
+  std::vector<const Job *> planned;
+  for (const Job &job : jobs)
+    planned.push_back(&job);
+  adviseSparseReads(planned);
   // Chunks of a few MB of every tensor, filled on the worker threads.
   auto chunkOf = [&](size_t i) {
     uint64_t size = byteSize(tensors[i].dtype);

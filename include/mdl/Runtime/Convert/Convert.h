@@ -155,7 +155,13 @@ private:
               std::vector<SourceCopy> &copies,
               std::set<std::pair<const uint8_t *, uint64_t>> &sources,
               const std::string &tensor, std::string &error) const;
-  void materialize(const Job &job) const;
+  /// Writes the target elements in [begin, end) of the job's dequantized
+  /// pieces to `out` (which holds element `begin`).
+  void dequantize(const Job &job, int64_t begin, int64_t end,
+                  uint8_t *out) const;
+  /// Tells the kernel not to read ahead in the source tensors that `jobs`
+  /// read sparsely: short runs, together less than half of the tensor.
+  static void adviseSparseReads(const std::vector<const Job *> &jobs);
   bool fill(const Job &job, uint64_t offset, uint8_t *out, size_t n,
             std::string &error) const;
 

@@ -59,6 +59,10 @@ public:
   /// many elements follow it in the run.
   bool locate(int64_t at, int64_t &from, int64_t &count) const;
   DType sourceType() const { return srcType; }
+  /// The bytes of the source each run reads contiguously.
+  int64_t sourceRunBytes() const {
+    return (inner.s == 1 ? inner.n : 1) * int64_t(byteSize(srcType));
+  }
 
   int64_t size = 0;
   /// The source is read in increasing order as the target is written, so
