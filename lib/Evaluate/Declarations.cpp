@@ -207,8 +207,8 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
     };
     TypeSwitch<Operation *>(&op)
         .Case<InputOp>([&](InputOp in) {
-          value(rt::ValueDecl::Input, in.getSymName(),
-                fnOrNone(in.getDefaultValue()));
+          value(in.getDim() ? rt::ValueDecl::InputDim : rt::ValueDecl::Input,
+                in.getSymName(), fnOrNone(in.getDefaultValue()));
         })
         .Case<ConfigOp>([&](ConfigOp c) {
           value(rt::ValueDecl::Config, c.getSymName(), fn(c.getValue()));

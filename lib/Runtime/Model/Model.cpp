@@ -162,12 +162,20 @@ const Value &Eval::present(const Value &v) {
 }
 
 Value Eval::hf(const char *path, const char *type) {
-  const json::Value *j = scope.model->config().lookup(path);
-  if (!j || j->isNull())
+  Model &model = *scope.model;
+  const json::Value *j = model.config().lookup(path);
+  bool isInt = std::string_view(type) == "int";
+  if (!j || j->isNull()) {
+    if (isInt && model.sizeKeys)
+      model.sizeKeys->push_back({path, /*missing=*/true, 0, ""});
     return Value::missing({path});
+  }
   Value out;
   std::string error;
-  if (!valueFromJson(*j, type, out, error)) {
+  bool read = valueFromJson(*j, type, out, error);
+  if (read && isInt && out.i < 1 && model.sizeKeys)
+    model.sizeKeys->push_back({path, false, out.i, model.config().locate(*j)});
+  if (!read) {
     // A list element's error starts with its index path: "[1][0] is ...";
     // the note points at that element.
     std::string where = path;
@@ -270,8 +278,13 @@ std::string Instance::describe() const {
 }
 
 const Value &Instance::get(const std::string &name) {
-  if (auto it = cache.find(name); it != cache.end())
+  if (auto it = cache.find(name); it != cache.end()) {
+    if (model->sizeKeys)
+      if (auto k = keysOf.find(name); k != keysOf.end())
+        model->sizeKeys->insert(model->sizeKeys->end(), k->second.begin(),
+                                k->second.end());
     return it->second;
+  }
   const ValueDecl *decl = nullptr;
   for (const ValueDecl &v : module->values)
     if (v.name == name)
@@ -287,15 +300,22 @@ const Value &Instance::get(const std::string &name) {
                     "than " + std::to_string(kMaxEvalDepth) + " deep"};
   inProgress[name] = true;
   ++model->evalDepth;
+  // The size keys it reads are collected for it, then added to those of
+  // the evaluation that needs it.
+  std::vector<SizeKey> keys;
+  std::vector<SizeKey> *outer = model->sizeKeys;
+  model->sizeKeys = &keys;
   struct Done {
     std::map<std::string, bool> &m;
     const std::string &n;
     int &depth;
+    std::vector<SizeKey> *&sink, *outer;
     ~Done() {
       m[n] = false;
       --depth;
+      sink = outer;
     }
-  } done{inProgress, name, model->evalDepth};
+  } done{inProgress, name, model->evalDepth, model->sizeKeys, outer};
 
   // A failure is reported once, where the name is declared; what reads
   // the name fails too, without a report of its own.
@@ -308,9 +328,12 @@ const Value &Instance::get(const std::string &name) {
   Value result;
   try {
     result = at(decl->where, [&]() -> Value {
-      if (decl->kind == ValueDecl::Input) {
-        if (auto it = inputs.find(name); it != inputs.end())
+      if (decl->kind == ValueDecl::Input || decl->kind == ValueDecl::InputDim) {
+        if (auto it = inputs.find(name); it != inputs.end()) {
+          if (auto k = inputKeys.find(name); k != inputKeys.end())
+            keys = k->second;
           return it->second;
+        }
         return evalOne(*this, decl->expr, Value());
       }
       if (!decl->factors.empty()) {
@@ -323,13 +346,21 @@ const Value &Instance::get(const std::string &name) {
       }
       return evalOne(*this, decl->expr, Value());
     });
-    if (decl->kind == ValueDecl::Dim && result.i <= 0)
-      fail(decl->where, "dimension '" + name + "' of " + describe() +
-                            " has size " + std::to_string(result.i) +
-                            "; sizes must be positive");
+    if ((decl->kind == ValueDecl::Dim || decl->kind == ValueDecl::InputDim) &&
+        result.i <= 0) {
+      EvalError e = model->sizeError(
+          "dimension '" + name + "' of " + describe(), result.i, keys);
+      e.where = decl->where;
+      throw e;
+    }
   } catch (EvalError &e) {
     report(e);
     throw;
+  }
+  if (!keys.empty()) {
+    if (outer)
+      outer->insert(outer->end(), keys.begin(), keys.end());
+    keysOf[name] = std::move(keys);
   }
   return cache[name] = std::move(result);
 }
@@ -337,6 +368,41 @@ const Value &Instance::get(const std::string &name) {
 //===----------------------------------------------------------------------===//
 // Model
 //===----------------------------------------------------------------------===//
+
+EvalError Model::sizeError(const std::string &what, int64_t size,
+                           const std::vector<SizeKey> &keys) const {
+  // The keys that hold a value below 1 say the most; else the absent ones.
+  std::vector<const SizeKey *> named;
+  for (bool missing : {false, true}) {
+    for (const SizeKey &k : keys)
+      if (k.missing == missing &&
+          std::none_of(named.begin(), named.end(),
+                       [&](const SizeKey *n) { return n->key == k.key; }))
+        named.push_back(&k);
+    if (!named.empty())
+      break;
+  }
+  EvalError e{what + " has size " + std::to_string(size) +
+              "; sizes must be positive"};
+  if (!named.empty() && named.front()->missing) {
+    // Keys tried in turn (`hf("a") ?? hf("b") ?? 0`).
+    std::string keys;
+    for (size_t i = 0; i < named.size(); ++i)
+      keys += (i ? ", '" : "'") + named[i]->key + "'";
+    e.message += std::string(named.size() == 1 ? ": " : ": none of ") + keys +
+                 " is in '" + hfConfig.path() + "'";
+    return e;
+  }
+  for (size_t i = 0; i < named.size(); ++i) {
+    const SizeKey &k = *named[i];
+    e.message +=
+        (i ? ", '" : ": '") + k.key + "' is " + std::to_string(k.value) +
+        (k.at.empty() ? " (from --set)" : " in '" + hfConfig.path() + "'");
+    if (!k.at.empty())
+      e.notes.push_back({k.at, "the value is here"});
+  }
+  return e;
+}
 
 std::unique_ptr<Model> Model::create(const ModelDecl &decl, HFConfig config,
                                      std::string &error) {
@@ -525,10 +591,32 @@ std::unique_ptr<Instance> Model::makeChild(Instance &parent,
     child->parent = &parent;
     child->model = this;
     child->path = path;
-    for (const auto &[name, expr] : k.args)
-      child->inputs[name] = at(c.where, [&] {
+    for (const auto &[name, expr] : k.args) {
+      // A dimension is checked where it is bound.
+      std::vector<SizeKey> keys;
+      std::vector<SizeKey> *outer = sizeKeys;
+      sizeKeys = &keys;
+      struct Restore {
+        std::vector<SizeKey> *&sink, *outer;
+        ~Restore() { sink = outer; }
+      } restore{sizeKeys, outer};
+      Value v = at(c.where, [&] {
         return evalOne(parent, expr, {}, nullptr, nullptr, args);
       });
+      auto decl =
+          std::find_if(callee->values.begin(), callee->values.end(),
+                       [&](const ValueDecl &d) { return d.name == name; });
+      if (decl != callee->values.end() && decl->kind == ValueDecl::InputDim &&
+          v.i <= 0) {
+        EvalError e = sizeError(
+            "dimension '" + name + "' of " + child->describe(), v.i, keys);
+        e.where = c.where;
+        throw e;
+      }
+      child->inputs[name] = std::move(v);
+      if (!keys.empty())
+        child->inputKeys[name] = std::move(keys);
+    }
     return child;
   }
   EvalError e{"no case of '" + c.name + "' applies" +

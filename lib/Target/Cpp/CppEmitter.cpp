@@ -354,7 +354,8 @@ void Emitter::printModule(const rt::ModuleDecl &m, raw_ostream &os) {
   os << "  {\n    ModuleDecl &m = d.modules.emplace_back();\n";
   os << "    m.name = " << quote(m.name) << ";\n";
   os << "    m.where = " << quote(m.where) << ";\n";
-  static const char *const kKinds[] = {"Input", "Config", "Let", "Dim"};
+  static const char *const kKinds[] = {"Input", "Config", "Let", "Dim",
+                                       "InputDim"};
   for (const rt::ValueDecl &v : m.values)
     os << "    m.values.push_back({" << quote(v.name)
        << ", ValueDecl::" << kKinds[v.kind] << ", " << call(v.expr) << ", "

@@ -77,7 +77,9 @@ struct EvalError {
 //===----------------------------------------------------------------------===//
 
 struct ValueDecl {
-  enum Kind { Input, Config, Let, Dim };
+  /// InputDim: an input that names a dimension (`H: dim`), whose size must
+  /// be positive.
+  enum Kind { Input, Config, Let, Dim, InputDim };
   std::string name;
   Kind kind = Let;
   /// The value; for an input, its default (null: none).
@@ -341,6 +343,15 @@ struct ParamInstance {
   int64_t scaleBlock = 0;
 };
 
+/// A config key read as an integer that is absent or below 1.
+struct SizeKey {
+  std::string key;
+  bool missing = false;
+  int64_t value = 0;
+  /// "file:line:col" of the value in the config; "" for --set's.
+  std::string at;
+};
+
 class Instance {
 public:
   const ModuleDecl *module = nullptr;
@@ -368,6 +379,10 @@ private:
   friend class Eval;
   class Model *model = nullptr;
   std::map<std::string, Value> inputs, cache;
+  /// The config keys a value was made of that are absent or hold an
+  /// integer below 1 (what a size that is not positive names), per name
+  /// that has any; inputs' from their arguments.
+  std::map<std::string, std::vector<SizeKey>> keysOf, inputKeys;
   std::map<std::string, bool> inProgress;
   /// Names whose evaluation failed (and was reported).
   std::set<std::string> failed;
@@ -427,6 +442,12 @@ private:
   bool raiseSingles = false;
   std::vector<std::string> raised;
   std::vector<EvalError> errors;
+  /// Where the evaluation under way collects the SizeKeys it reads.
+  std::vector<SizeKey> *sizeKeys = nullptr;
+  /// An error for a dimension that is not positive: `what` (its name and
+  /// instance) has size `size`, made of `keys`.
+  EvalError sizeError(const std::string &what, int64_t size,
+                      const std::vector<SizeKey> &keys) const;
 };
 
 /// What generated expressions read: the instance's names, the config, the
