@@ -52,7 +52,8 @@ ArrayRef<BackendSetting> mdl::backendSettings() {
       {"rank_saved", "rankSaved", &rt::BackendDecl::rankSaved},
       {"adapter_backend", "adapterBackend", &rt::BackendDecl::adapterBackend},
       {"block_scale_suffix", "blockScaleSuffix",
-       &rt::BackendDecl::blockScaleSuffix}};
+       &rt::BackendDecl::blockScaleSuffix},
+      {"stack_layers", "stackLayers", &rt::BackendDecl::stackLayers}};
   return settings;
 }
 

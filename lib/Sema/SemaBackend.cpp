@@ -117,6 +117,13 @@ void Analyzer::checkBackend(const BackendDecl *b) {
                    ? expect(e.let->value.get(), env, *e.let->declaredType,
                             "'" + e.let->name.name + "'")
                    : check(e.let->value.get(), env);
+      // The mounts of the stacks whose elements are stacked on an axis.
+      if (e.let->name.name == "stack_layers" && t.isValid() &&
+          !t.compatible(Type::listOf(Type::get(Type::String))))
+        error(e.let->value->getLoc())
+            << "'stack_layers' must be a list<string> (the mounts of the "
+               "stacks to stack), not "
+            << t.str();
       names[e.let->name.name] = t;
       break;
     }

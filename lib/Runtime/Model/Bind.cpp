@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <set>
 
 using namespace mdl;
 using namespace mdl::rt;
@@ -63,6 +65,16 @@ public:
       out.layout.choices[name] = value;
     out.layout.classes = backend.classes;
     bindBlockScales();
+    if (backend.stackLayers) {
+      RankContext one;
+      Value names = evalOne(model.root(), backend.stackLayers,
+                            Value::listOf({}), &one, choices.get());
+      std::vector<std::string> mounts;
+      for (const Value &v : names.list)
+        mounts.push_back(v.s);
+      if (!mounts.empty())
+        stackLayers(mounts);
+    }
   }
 
 private:
@@ -253,8 +265,10 @@ private:
     for (size_t i = numParams; i < out.layout.params.size(); ++i)
       out.params.push_back(
           out.params[size_t(out.layout.params[i].scaleOf)]);
-    for (int c : r.companionOf)
+    for (int c : r.companionOf) {
       out.tensorNodes.push_back(out.tensorNodes[size_t(c)]);
+      tensorStacks.push_back(tensorStacks[size_t(c)]);
+    }
   }
 
   void bindBackend() {
@@ -299,10 +313,235 @@ private:
     }
   }
 
+  /// `name` without its segment `segment` (a stack element's index), the
+  /// dots around it collapsed into one, none left at an end:
+  /// "decoder.layers.{i}.mlp.w" -> "decoder.layers.mlp.w".
+  static std::vector<NameSegment>
+  withoutSegment(const std::vector<NameSegment> &name, size_t segment) {
+    std::vector<NameSegment> out;
+    for (size_t i = 0; i < name.size(); ++i) {
+      const NameSegment &seg = name[i];
+      if (i == segment)
+        continue;
+      if (seg.kind == NameSegment::Text && !out.empty() &&
+          out.back().kind == NameSegment::Text) {
+        out.back().text += seg.text;
+        continue;
+      }
+      out.push_back(seg);
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      NameSegment &seg = out[i];
+      if (seg.kind != NameSegment::Text)
+        continue;
+      std::string t;
+      for (char c : seg.text)
+        if (!(c == '.' && !t.empty() && t.back() == '.'))
+          t += c;
+      if (i == 0 && !t.empty() && t.front() == '.')
+        t.erase(0, 1);
+      if (i + 1 == out.size() && !t.empty() && t.back() == '.')
+        t.pop_back();
+      seg.text = t;
+    }
+    return out;
+  }
+
+  static std::string nameText(const std::vector<NameSegment> &name) {
+    TensorSpec t;
+    t.name = name;
+    return renderName(t, 0);
+  }
+
+  /// A tensor's whole shape (every atom at its full size), as the stacking
+  /// of layers compares them.
+  std::vector<int64_t> wholeShape(const TensorSpec &t) const {
+    const std::vector<Param> &params = out.layout.params;
+    auto full = [&](int param, const std::string &atom) -> int64_t {
+      const Param &p = params[size_t(param)];
+      int a = p.atomIndex(atom);
+      return a < 0 ? 1 : p.sizes[size_t(a)];
+    };
+    std::vector<int> ps = tensorParams(t);
+    std::vector<int64_t> shape;
+    if (ps.empty())
+      return shape;
+    if (!t.view.empty()) {
+      for (const TensorSpec::ViewAxis &v : t.view)
+        shape.push_back(viewAxisSize(
+            v, [&](const std::string &a) { return full(ps.front(), a); }));
+      return shape;
+    }
+    for (const auto &axis : t.axes) {
+      int64_t n = 1;
+      for (const Term &term : axis)
+        n *= termSize(term, ps.front(), full);
+      shape.push_back(n);
+    }
+    return shape;
+  }
+
+  /// `stack_layers`: the tensors of the elements of a stack mounted under
+  /// one of `mounts` ("decoder.layers") become one tensor each, with the
+  /// element as a leading axis, when every element holds the same tensors
+  /// with the same shapes and dtypes (Megatron's homogeneous blocks);
+  /// otherwise every element keeps its own tensors, under its index
+  /// (Megatron's non-homogeneous blocks: dense and MoE layers, linear and
+  /// full attention). A stacked tensor is a part set over the elements,
+  /// each part an element's tensor flattened, under a view of [n, ...].
+  void stackLayers(const std::vector<std::string> &mounts) {
+    ModelLayout &m = out.layout;
+    auto stacked = [&](const std::string &path) {
+      for (const std::string &n : mounts)
+        if (path == n || (path.size() > n.size() &&
+                          path.compare(path.size() - n.size(), n.size(), n) ==
+                              0 &&
+                          path[path.size() - n.size() - 1] == '.'))
+          return true;
+      return false;
+    };
+    struct Group {
+      std::vector<NameSegment> name;
+      std::vector<int> members; // by element, -1 where none
+      bool ok = true;
+      std::pair<const Instance *, std::string> stack;
+    };
+    std::vector<Group> groups;
+    std::map<std::pair<std::pair<const Instance *, std::string>, std::string>,
+             size_t>
+        byKey;
+    std::vector<int> groupOf(m.tensors.size(), -1);
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+      // The innermost stack mounted so.
+      const StackMount *sm = nullptr;
+      for (const StackMount &s : tensorStacks[i])
+        if (stacked(s.path))
+          sm = &s;
+      if (!sm)
+        continue;
+      std::vector<NameSegment> name = withoutSegment(m.tensors[i].name,
+                                                     sm->segment);
+      std::pair<const Instance *, std::string> stack{sm->parent, sm->member};
+      auto [it, fresh] =
+          byKey.try_emplace({stack, nameText(name)}, groups.size());
+      if (fresh)
+        groups.push_back(
+            {name, std::vector<int>(size_t(sm->size), -1), true, stack});
+      Group &g = groups[it->second];
+      if (sm->index < 0 || sm->index >= sm->size ||
+          g.members[size_t(sm->index)] >= 0)
+        g.ok = false;
+      else
+        g.members[size_t(sm->index)] = int(i);
+      groupOf[i] = int(it->second);
+    }
+    if (groups.empty())
+      return;
+    // Homogeneous: every element has every tensor, alike.
+    auto dtypeOf = [&](const TensorSpec &t) {
+      return t.stored ? *t.stored
+                      : m.params[size_t(tensorParams(t).front())].dtype;
+    };
+    std::set<std::pair<const Instance *, std::string>> mixed;
+    for (const Group &g : groups) {
+      auto alike = [&] {
+        if (!g.ok || std::find(g.members.begin(), g.members.end(), -1) !=
+                         g.members.end())
+          return false;
+        const TensorSpec &first = m.tensors[size_t(g.members.front())];
+        if (tensorParams(first).empty())
+          return false;
+        std::vector<int64_t> shape = wholeShape(first);
+        for (int i : g.members) {
+          const TensorSpec &t = m.tensors[size_t(i)];
+          if (tensorParams(t).empty() || wholeShape(t) != shape ||
+              dtypeOf(t) != dtypeOf(first) || t.copy != first.copy ||
+              t.offset != first.offset || t.dequantized != first.dequantized ||
+              bool(t.when) != bool(first.when) ||
+              t.splitAxis != first.splitAxis)
+            return false;
+        }
+        return true;
+      };
+      if (!alike())
+        mixed.insert(g.stack);
+    }
+    for (size_t i = 0; i < m.tensors.size(); ++i)
+      if (groupOf[i] >= 0 && mixed.count(groups[size_t(groupOf[i])].stack))
+        groupOf[i] = -1;
+    for (const Group &g : groups)
+      for (const NameSegment &seg : g.name)
+        if (!mixed.count(g.stack))
+        if (seg.kind == NameSegment::Family)
+          fail(out.sources[size_t(m.tensors[size_t(g.members.front())]
+                                      .source)],
+               "tensor '" + nameText(g.name) +
+                   "' is one tensor per index of " + seg.atom +
+                   ", which backend " + backend.name +
+                   " cannot stack over the layers (stack_layers): give it "
+                   "that dimension as an axis");
+    std::vector<TensorSpec> tensors;
+    std::vector<Instance *> nodes;
+    std::vector<bool> emitted(groups.size(), false);
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+      if (groupOf[i] < 0) {
+        tensors.push_back(std::move(m.tensors[i]));
+        nodes.push_back(out.tensorNodes[i]);
+        continue;
+      }
+      // A group goes where its first tensor was.
+      if (emitted[size_t(groupOf[i])])
+        continue;
+      emitted[size_t(groupOf[i])] = true;
+      const Group &g = groups[size_t(groupOf[i])];
+      const TensorSpec &first = m.tensors[size_t(g.members.front())];
+      TensorSpec t;
+      t.name = g.name;
+      t.copy = first.copy;
+      t.offset = first.offset;
+      t.dequantized = first.dequantized;
+      t.stored = first.stored;
+      t.when = first.when;
+      t.source = first.source;
+      t.mounts = first.mounts;
+      t.on = Placement();
+      Term parts;
+      parts.kind = Term::Parts;
+      for (int member : g.members) {
+        const TensorSpec &layer = m.tensors[size_t(member)];
+        Term::Part part;
+        part.param = layer.param;
+        for (const auto &axis : layer.axes)
+          part.shape.insert(part.shape.end(), axis.begin(), axis.end());
+        parts.parts.push_back(std::move(part));
+      }
+      t.axes.push_back({std::move(parts)});
+      TensorSpec::ViewAxis lead;
+      lead.factor = int64_t(g.members.size());
+      lead.spelling = std::to_string(lead.factor);
+      t.view.push_back(lead);
+      if (!first.view.empty()) {
+        t.view.insert(t.view.end(), first.view.begin(), first.view.end());
+      } else {
+        for (int64_t n : wholeShape(first)) {
+          TensorSpec::ViewAxis v;
+          v.factor = n;
+          v.spelling = std::to_string(n);
+          t.view.push_back(v);
+        }
+      }
+      tensors.push_back(std::move(t));
+      nodes.push_back(out.tensorNodes[size_t(g.members.front())]);
+    }
+    m.tensors = std::move(tensors);
+    out.tensorNodes = std::move(nodes);
+  }
+
   std::vector<NameSegment> render(Instance &node,
                                   const std::vector<NamePiece> &pieces,
                                   const Value *index, bool staged,
-                                  const std::string &where) {
+                                  const std::string &where,
+                                  int *indexPos = nullptr) {
     std::vector<NameSegment> out;
     std::vector<Value> args;
     if (index)
@@ -318,6 +557,8 @@ private:
         seg.atom = p.text;
         break;
       case NamePiece::Index:
+        if (index && indexPos)
+          *indexPos = int(out.size());
         if (staged && index) {
           seg.kind = NameSegment::LayerIndex;
           seg.layer = index->i;
@@ -448,6 +689,7 @@ private:
       t.on = element->stage;
     out.layout.tensors.push_back(std::move(t));
     out.tensorNodes.push_back(element ? element : &node);
+    tensorStacks.push_back(stackChain);
   }
 
   /// `name` under the mount `prefix` (layer numbers as the layout's).
@@ -507,10 +749,11 @@ private:
     // A child's name, and in `from` the entry that decides it: a mount of
     // this layout, the child layout's own mount, else the member.
     auto mountOf = [&](const ChildDecl &c, Instance &child, const Value *index,
-                       bool staged,
-                       std::string &from) -> std::vector<NameSegment> {
+                       bool staged, std::string &from,
+                       int &indexPos) -> std::vector<NameSegment> {
       const std::string &member = c.name;
       from = c.where;
+      indexPos = -1;
       if (layout)
         for (const MountDecl &m : layout->mounts) {
           if (m.member != member)
@@ -524,13 +767,14 @@ private:
               }).i)
             continue;
           from = m.where;
-          return render(node, m.path, index, staged, m.where);
+          return render(node, m.path, index, staged, m.where, &indexPos);
         }
       std::vector<NameSegment> name;
       NameSegment seg;
       if (index) {
         seg.text = member + ".";
         name.push_back(seg);
+        indexPos = int(name.size());
         NameSegment idx;
         if (staged) {
           idx.kind = NameSegment::LayerIndex;
@@ -559,9 +803,10 @@ private:
     };
     for (const ChildDecl &c : node.module->children) {
       std::string from;
+      int indexPos = -1;
       if (auto it = node.instances.find(c.name); it != node.instances.end()) {
         std::vector<NameSegment> name =
-            mountOf(c, *it->second, nullptr, false, from);
+            mountOf(c, *it->second, nullptr, false, from, indexPos);
         bindChild(*it->second, std::move(name), from);
         continue;
       }
@@ -573,8 +818,22 @@ private:
       for (auto &child : it->second) {
         Value index = Value::integer(child->stackIndex);
         std::vector<NameSegment> name =
-            mountOf(c, *child, &index, staged, from);
+            mountOf(c, *child, &index, staged, from, indexPos);
+        // Where the element's index is in the names under it, for
+        // stack_layers.
+        if (indexPos >= 0) {
+          std::vector<NameSegment> joined = join(prefix, name);
+          size_t at = joined.size() - name.size() + size_t(indexPos);
+          joined.resize(at);
+          std::string path = nameText(joined);
+          while (!path.empty() && path.back() == '.')
+            path.pop_back();
+          stackChain.push_back({&node, c.name, child->stackIndex,
+                                int64_t(it->second.size()), at, path});
+        }
         bindChild(*child, std::move(name), from);
+        if (indexPos >= 0)
+          stackChain.pop_back();
       }
       if (staged)
         out.layout.stagedLayers = int64_t(it->second.size());
@@ -590,6 +849,19 @@ private:
   /// number for each node they place.
   std::vector<std::pair<int, int>> mountChain;
   int mountedNodes = 0;
+  /// The stack elements whose mounts place the node being bound, outermost
+  /// first: the stack (its module instance and member), the element's
+  /// index and the stack's size, where the index is in the names under it,
+  /// and the name before the index. Per tensor, those that placed it.
+  struct StackMount {
+    const Instance *parent;
+    std::string member;
+    int64_t index, size;
+    size_t segment;
+    std::string path;
+  };
+  std::vector<StackMount> stackChain;
+  std::vector<std::vector<StackMount>> tensorStacks;
   std::map<std::string, int> sourceIds;
 
 private:

@@ -281,6 +281,9 @@ struct BackendDecl {
   /// The backend whose layout LoRA adapters for this one are kept in.
   Expr adapterBackend = nullptr;
   Expr blockScaleSuffix = nullptr;
+  /// Whether the layers of the staged stack are stacked along a leading
+  /// axis of their tensors (Megatron's distributed checkpoints).
+  Expr stackLayers = nullptr;
   std::vector<RequireDecl> requirements;
   std::vector<std::pair<std::string, Expr>> capabilities;
   std::vector<ChoiceDecl> choices;

@@ -24,6 +24,7 @@ POINTS = {
     "mcore_te": [dict(tp=2, pp=2), dict(tp=2, ep=2, etp=2), dict(pp=2, vpp=2)],
     "mcore_local": [dict(tp=2, pp=2), dict(tp=4, ep=2)],
     "vllm": [dict(tp=2)],
+    "mcore_te_dist": [dict()],
 }
 
 
