@@ -3,6 +3,7 @@
 #include "mdl/Runtime/Model/LayoutCheck.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -18,6 +19,58 @@ bool overlaps(const Piece &a, const Piece &b) {
     if (a.lo[i] + a.count[i] <= b.lo[i] || b.lo[i] + b.count[i] <= a.lo[i])
       return false;
   return true;
+}
+
+/// For each of `boxes`, the first box before it that it overlaps; -1 when
+/// none does. Near-linear: equal boxes (a layout entry written many times)
+/// are grouped, and the distinct ones are swept along their first axis.
+std::vector<int> firstOverlaps(const std::vector<const Piece *> &boxes) {
+  std::vector<int> out(boxes.size(), -1);
+  // Distinct boxes, each with the boxes equal to it in order.
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>,
+           std::vector<int>>
+      groups;
+  for (size_t i = 0; i < boxes.size(); ++i)
+    groups[{boxes[i]->lo, boxes[i]->count}].push_back(int(i));
+  std::vector<const std::vector<int> *> distinct;
+  for (const auto &[box, members] : groups)
+    distinct.push_back(&members);
+  // Of each distinct box, the first box of another group it overlaps.
+  std::vector<int> other(distinct.size(), INT_MAX);
+  auto lo0 = [&](size_t g) {
+    const Piece &p = *boxes[size_t(distinct[g]->front())];
+    return p.lo.empty() ? int64_t(0) : p.lo[0];
+  };
+  auto hi0 = [&](size_t g) {
+    const Piece &p = *boxes[size_t(distinct[g]->front())];
+    return p.lo.empty() ? int64_t(1) : p.lo[0] + p.count[0];
+  };
+  std::vector<size_t> order(distinct.size());
+  for (size_t g = 0; g < order.size(); ++g)
+    order[g] = g;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return lo0(a) < lo0(b); });
+  for (size_t x = 0; x < order.size(); ++x)
+    for (size_t y = x + 1; y < order.size() && lo0(order[y]) < hi0(order[x]);
+         ++y) {
+      size_t a = order[x], b = order[y];
+      if (!overlaps(*boxes[size_t(distinct[a]->front())],
+                    *boxes[size_t(distinct[b]->front())]))
+        continue;
+      other[a] = std::min(other[a], distinct[b]->front());
+      other[b] = std::min(other[b], distinct[a]->front());
+    }
+  for (size_t g = 0; g < distinct.size(); ++g) {
+    const std::vector<int> &members = *distinct[g];
+    for (int y : members) {
+      int x = members.front() < y ? members.front() : INT_MAX;
+      if (other[g] < y)
+        x = std::min(x, other[g]);
+      if (x != INT_MAX)
+        out[size_t(y)] = x;
+    }
+  }
+  return out;
 }
 
 /// Checks a view's claims: a view axis written as a dimension must be that
@@ -401,16 +454,20 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
       int64_t got = 0;
       for (auto &[pc, spec] : boxes)
         got += pc->numElements();
-      for (size_t x = 0; x < boxes.size(); ++x)
-        for (size_t y = x + 1; y < boxes.size(); ++y)
-          if (overlaps(*boxes[x].first, *boxes[y].first))
-            problems.push_back(
-                {"coverage",
-                 "parameter " + p.path + " is held twice: by tensor '" +
-                     renderName(m.tensors[boxes[x].second], 0) +
-                     "' and by tensor '" +
-                     renderName(m.tensors[boxes[y].second], 0) + "'",
-                 m.tensors[boxes[y].second].source});
+      // A box held twice is reported once, with the first box it overlaps.
+      std::vector<const Piece *> pieces;
+      for (auto &[pc, spec] : boxes)
+        pieces.push_back(pc);
+      std::vector<int> before = firstOverlaps(pieces);
+      for (size_t y = 0; y < boxes.size(); ++y)
+        if (before[y] >= 0)
+          problems.push_back(
+              {"coverage",
+               "parameter " + p.path + " is held twice: by tensor '" +
+                   renderName(m.tensors[boxes[size_t(before[y])].second], 0) +
+                   "' and by tensor '" +
+                   renderName(m.tensors[boxes[y].second], 0) + "'",
+               m.tensors[boxes[y].second].source});
       if (boxes.empty())
         problems.push_back({"coverage",
                             "parameter " + p.path +
