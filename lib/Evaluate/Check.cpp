@@ -764,8 +764,9 @@ void CheckSession::checkCheckpoint(
         dropped.erase(name);
     }
   std::string modelName = model.getSymName().str();
-  for (CheckpointFinding &f :
-       compareCheckpoint(*best, *checkpoint, model, configPath, dropped))
+  CheckpointComparison compared =
+      compareCheckpoint(*best, *checkpoint, model, configPath, dropped);
+  for (CheckpointFinding &f : compared.findings)
     add({std::move(f.check), std::move(f.message), f.at, modelName,
          opts.checkpointBackend, configPath, "", 0},
         "");
@@ -774,12 +775,11 @@ void CheckSession::checkCheckpoint(
   sum.model = modelName;
   sum.configFile = configPath;
   std::tie(sum.params, sum.elements) = countParams(inst);
-  size_t expected = rt::listTensors(best->layout, {}).size();
   sum.note = "checkpoint " + opts.checkpoint.path + ": " +
              std::to_string(checkpoint->size()) + " tensors, " +
-             std::to_string(countPresent(*best, *checkpoint)) + " of the " +
-             std::to_string(expected) + " " + opts.checkpointBackend +
-             " expects";
+             std::to_string(compared.present) + " of the " +
+             std::to_string(compared.expected) + " " +
+             opts.checkpointBackend + " expects";
   size_t skipped = 0;
   for (const std::string &name : dropped)
     skipped += checkpoint->count(name);

@@ -11,6 +11,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include <set>
+#include <unordered_set>
 
 using namespace mlir;
 using namespace mdl;
@@ -89,8 +90,9 @@ mdl::readCheckpointContents(const CheckpointSource &source) {
     if (!index)
       return fail(error);
     CheckpointContents out;
+    out.reserve(index->weightMap.size());
     for (const auto &entry : index->weightMap)
-      out[entry.first] = CheckpointEntry();
+      out.emplace(entry.first, CheckpointEntry());
     return out;
   }
   case CheckpointSource::Dir: {
@@ -110,14 +112,6 @@ mdl::readCheckpointContents(const CheckpointSource &source) {
 //===----------------------------------------------------------------------===//
 // Comparing
 //===----------------------------------------------------------------------===//
-
-size_t mdl::countPresent(const rt::BoundLayout &bound,
-                         const CheckpointContents &ckpt) {
-  size_t n = 0;
-  for (const rt::TensorListing &t : rt::listTensors(bound.layout, {}))
-    n += ckpt.count(t.name);
-  return n;
-}
 
 namespace {
 
@@ -141,9 +135,10 @@ public:
       : bound(bound), ckpt(ckpt), modelLoc(model.getLoc()),
         configPath(configPath), dropped(dropped) {}
 
-  std::vector<CheckpointFinding> run() {
+  CheckpointComparison run() {
     expected = rt::listTensors(bound.layout, {});
-    std::set<std::string> names;
+    std::unordered_set<std::string_view> names;
+    names.reserve(expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
       const rt::TensorListing &t = expected[i];
       names.insert(t.name);
@@ -156,7 +151,7 @@ public:
           ++absent[n];
         auto [it, fresh] = prefix.try_emplace(n, t.name);
         if (!fresh)
-          it->second = commonPrefix(it->second, t.name);
+          keepCommonPrefix(it->second, t.name);
       }
       if (!present) {
         missing.push_back(i);
@@ -198,7 +193,7 @@ public:
                  ", which the spec does not describe",
              modelLoc);
     }
-    return std::move(out);
+    return {std::move(out), expected.size(), expected.size() - missing.size()};
   }
 
 private:
@@ -225,11 +220,12 @@ private:
   void report(std::string check, std::string message, Location loc) {
     out.push_back({std::move(check), std::move(message), loc});
   }
-  static std::string commonPrefix(const std::string &a, const std::string &b) {
+  /// Cuts `a` to its common prefix with `b`.
+  static void keepCommonPrefix(std::string &a, const std::string &b) {
     size_t n = 0;
     while (n < a.size() && n < b.size() && a[n] == b[n])
       ++n;
-    return a.substr(0, n);
+    a.resize(n);
   }
   /// Whether the checkpoint holds nothing of an instance: none of its
   /// tensors, and nothing else where they would be (which would rather be
@@ -349,7 +345,7 @@ private:
 
 } // namespace
 
-std::vector<CheckpointFinding>
+CheckpointComparison
 mdl::compareCheckpoint(const rt::BoundLayout &bound,
                        const CheckpointContents &ckpt, ModuleDeclOp model,
                        StringRef configPath,

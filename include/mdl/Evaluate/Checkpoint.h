@@ -17,6 +17,7 @@
 #include "llvm/Support/Error.h"
 
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <optional>
 #include <string>
@@ -40,7 +41,8 @@ struct CheckpointEntry {
   std::optional<std::vector<int64_t>> shape;
   std::optional<DType> dtype;
 };
-using CheckpointContents = std::map<std::string, CheckpointEntry>;
+/// By name; looked up once per tensor of every layout tried.
+using CheckpointContents = std::unordered_map<std::string, CheckpointEntry>;
 
 llvm::Expected<CheckpointContents>
 readCheckpointContents(const CheckpointSource &source);
@@ -51,11 +53,6 @@ struct CheckpointFinding {
   mlir::LocationAttr at;
 };
 
-/// How many of the tensors `bound` expects (at one rank, without
-/// parallelism) the checkpoint holds by name.
-size_t countPresent(const rt::BoundLayout &bound,
-                    const CheckpointContents &ckpt);
-
 /// The differences between the tensors `bound` expects and `ckpt`. A tensor
 /// missing under a name while the checkpoint holds an unexpected one of the
 /// same shape and dtype under a similar name is reported once, as renamed.
@@ -63,8 +60,14 @@ size_t countPresent(const rt::BoundLayout &bound,
 /// tensor at all are reported once each, at their declaration, as
 /// disagreements between config and checkpoint. Unexpected tensors are
 /// reported at `model`, but for those in `dropped` (of stack elements an
-/// override leaves out), which are skipped.
-std::vector<CheckpointFinding>
+/// override leaves out), which are skipped. Also counts the tensors `bound`
+/// expects (at one rank, without parallelism) and those the checkpoint
+/// holds by name.
+struct CheckpointComparison {
+  std::vector<CheckpointFinding> findings;
+  size_t expected = 0, present = 0;
+};
+CheckpointComparison
 compareCheckpoint(const rt::BoundLayout &bound, const CheckpointContents &ckpt,
                   ModuleDeclOp model, llvm::StringRef configPath,
                   const std::set<std::string> &dropped = {});

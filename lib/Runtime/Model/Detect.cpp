@@ -188,7 +188,7 @@ mdl::rt::detectCheckpoint(const ModelDecl &model, const BackendDecl &backend,
           return std::nullopt;
         Match out;
         out.params = b->layout().params.size();
-        for (const RankTensor &t : b->rankTensors(ParallelConfig(), 0))
+        for (const TensorListing &t : listTensors(b->layout(), {}))
           out.present += holds(t.name);
         return out;
       });
