@@ -15,7 +15,9 @@
 #include <vector>
 
 namespace mdl::rt::detail {
-inline constexpr size_t kMaxParams = size_t(1) << 24;
+/// The most parameters a model may have: 2^18, a hundred times a real
+/// model's (DeepSeek-V3 has 1046), and what a few thousand layers have.
+inline constexpr size_t kMaxParams = size_t(1) << 18;
 
 [[noreturn]] inline void fail(const std::string &where, const std::string &message) {
   throw EvalError{message, where};

@@ -670,8 +670,20 @@ void Model::buildChildren(Instance &node) {
       child->stage = staged ? Placement{Placement::Layer, i}
                      : !node.parent && it != placement.end() ? it->second
                                                              : node.stage;
+      size_t before = paramCount;
       build(*child);
       elements.push_back(std::move(child));
+      // A stack whose elements are alike would pass the bound on
+      // parameters: it is refused before it is built.
+      size_t each = paramCount - before;
+      if (i == 0 && count > 1 && each > 0 &&
+          size_t(count - 1) > (kMaxParams - paramCount) / each)
+        fail(c.where, "stack '" + c.name + "' has length " +
+                          std::to_string(count) + " and its first element " +
+                          std::to_string(each) +
+                          " parameters: the model would have more than " +
+                          std::to_string(kMaxParams) +
+                          " parameters; the config's sizes are out of bounds");
     }
   }
 }

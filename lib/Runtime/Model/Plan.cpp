@@ -238,6 +238,10 @@ void Planner::validate() {
   // tensors (listing them would exhaust memory before any check): the
   // whole model is refused, never the entry skipped.
   for (const TensorSpec &t : m.tensors) {
+    if (std::none_of(t.name.begin(), t.name.end(), [](const NameSegment &s) {
+          return s.kind == NameSegment::Family;
+        }))
+      continue;
     std::vector<int> params = tensorParams(t);
     if (params.empty())
       continue;
