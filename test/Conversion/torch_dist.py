@@ -132,7 +132,9 @@ import numpy as np, torch
 plan = json.load(open(sys.argv[1]))
 files = {}
 for it in plan:
-    f = files.setdefault(it["file"], open(it["path"], "wb"))
+    if it["file"] not in files:
+        files[it["file"]] = open(it["path"], "wb")
+    f = files[it["file"]]
     buf = io.BytesIO()
     if it["kind"] == "bytes":
         torch.save([None], buf)
@@ -145,6 +147,8 @@ for it in plan:
     it["offset"] = f.tell()
     f.write(buf.getvalue())
     it["length"] = len(buf.getvalue())
+for f in files.values():
+    f.close()
 json.dump(plan, open(sys.argv[1], "w"))
 '''
 
@@ -279,6 +283,13 @@ def main():
     # Read what a training run at tp = 2 saved: its vocabulary padded to a
     # multiple of 128 * 2.
     saved = os.path.join(args.work, "saved")
+    # Megatron holds FP8 weights dequantized: its model's config describes
+    # no quantization.
+    config_path = args.config
+    if block:
+        config_path = os.path.join(args.work, "config.json")
+        json.dump({k: v for k, v in config.items() if k != "quantization_config"},
+                  open(config_path, "w"))
     run_tensors = dict(want)
     for name, a in want.items():
         if name.endswith(("embedding.word_embeddings.weight", "output_layer.weight")):
@@ -287,7 +298,7 @@ def main():
                 [a, np.zeros((rows - a.shape[0],) + a.shape[1:], a.dtype)])
     write_torch_dist(saved, run_tensors, args.work)
     back = os.path.join(args.work, "back")
-    r = run([args.convert, "--from", "mcore-te", "--to", "hf", "--config", args.config,
+    r = run([args.convert, "--from", "mcore-te", "--to", "hf", "--config", config_path,
              "--quiet", saved, back])
     if r.returncode:
         failures.append("torch_dist -> hf failed: " + r.stderr.strip())
@@ -302,7 +313,7 @@ def main():
         src = back
     vl, direct = os.path.join(args.work, "vllm"), os.path.join(args.work, "direct")
     for cmd in ([args.convert, "--from", "mcore-te", "--to", "vllm", "--tp", "2", "--config",
-                 args.config, "--quiet", saved, vl],
+                 config_path, "--quiet", saved, vl],
                 [args.convert, "--model", args.model, "--from", "hf", "--to", "vllm", "--tp", "2",
                  "--quiet", src, direct]):
         r = run(cmd)

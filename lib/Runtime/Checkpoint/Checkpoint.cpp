@@ -4,6 +4,7 @@
 #include "Checkpoint/TensorFileText.h"
 #include "mdl/Runtime/Base/File.h"
 #include "mdl/Runtime/Base/Json.h"
+#include "mdl/Runtime/Checkpoint/DistCheckpoint.h"
 #include "mdl/Runtime/Checkpoint/TorchCheckpoint.h"
 
 #include <algorithm>
@@ -64,7 +65,64 @@ const Checkpoint::TensorRef *Checkpoint::find(std::string_view name) const {
   return it == byName.end() ? nullptr : &it->second;
 }
 
+const std::vector<Checkpoint::Chunk> *
+Checkpoint::chunks(const TensorRef &t) const {
+  if (!t.shard || !t.shard->dist)
+    return nullptr;
+  return &t.shard->chunks[size_t(t.info - t.shard->readHeader.tensors.data())];
+}
+
+bool Checkpoint::addDist(const std::string &dir, bool headersOnly,
+                         std::string &error) {
+  std::unique_ptr<DistCheckpoint> dist =
+      DistCheckpoint::open(dir, error, headersOnly);
+  if (!dist)
+    return false;
+  auto shard = std::make_unique<Shard>();
+  shard->path = dir;
+  for (size_t f = 0; f < dist->files().size(); ++f)
+    shard->distFiles.push_back(dist->path(f));
+  SafetensorsHeader &h = shard->readHeader;
+  for (const auto &[key, e] : dist->entries()) {
+    // Bytes items (Megatron's _extra_state, RNG and common state) and the
+    // optimizer's state are no weights.
+    if (e.bytes || key.rfind("optimizer.", 0) == 0)
+      continue;
+    TensorInfo info;
+    info.name = key;
+    info.dtype = e.dtype;
+    info.shape = e.shape;
+    std::optional<uint64_t> bytes = tensorBytes(e.shape, e.dtype);
+    info.dataEnd = bytes ? *bytes : 0;
+    h.tensors.push_back(std::move(info));
+    std::vector<Chunk> chunks;
+    for (const DistChunk &c : e.chunks) {
+      Chunk out;
+      out.offsets = c.offsets;
+      out.sizes = c.sizes;
+      out.data = headersOnly ? nullptr : dist->data(c);
+      out.file = &shard->distFiles[c.file];
+      out.fileOffset = c.dataOffset;
+      out.bytes = c.dataBytes;
+      chunks.push_back(std::move(out));
+    }
+    shard->chunks.push_back(std::move(chunks));
+  }
+  for (const TensorInfo &t : h.tensors) {
+    if (!byName.emplace(t.name, TensorRef{shard.get(), &t}).second) {
+      error = dir + ": tensor " + nameText(t.name) + " is in two files";
+      return false;
+    }
+    h.indexByName[t.name] = size_t(&t - h.tensors.data());
+  }
+  shard->dist = std::move(dist);
+  shardList.push_back(std::move(shard));
+  return true;
+}
+
 const uint8_t *Checkpoint::data(const TensorRef &t) const {
+  if (const std::vector<Chunk> *c = chunks(t))
+    return c->size() == 1 ? c->front().data : nullptr;
   if (t.shard && !t.shard->memory.empty())
     return t.shard->memory[size_t(t.info - t.shard->readHeader.tensors.data())];
   if (t.shard && t.shard->zip)
@@ -75,6 +133,14 @@ const uint8_t *Checkpoint::data(const TensorRef &t) const {
 
 bool Checkpoint::addShard(const std::string &path, bool headersOnly,
                           std::string &error) {
+  // A distributed checkpoint, by its metadata file.
+  size_t slash = path.rfind('/');
+  if (path.compare(slash == std::string::npos ? 0 : slash + 1,
+                   std::string::npos, kDistMetadataFile) == 0)
+    return addDist(slash == std::string::npos ? "."
+                   : slash == 0               ? "/"
+                                              : path.substr(0, slash),
+                   headersOnly, error);
   auto shard = std::make_unique<Shard>();
   shard->path = path;
   uint8_t magic[4] = {0, 0, 0, 0};
@@ -167,6 +233,10 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path,
     return s.size() >= suffix.size() &&
            s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
+
+  // A distributed checkpoint, by its directory.
+  if (S_ISDIR(st.st_mode) && isDistCheckpoint(path))
+    return ckpt->addDist(path, headersOnly, error) ? std::move(ckpt) : nullptr;
 
   if (!S_ISDIR(st.st_mode)) {
     bool ok;

@@ -251,21 +251,10 @@ std::optional<SourceFiles> mdl::rt::findRankFiles(const Binding &from,
   while (dir.size() > 1 && dir.back() == '/')
     dir.pop_back();
   SourceFiles s;
-  if (from.rankDir(ParallelConfig(), 0).empty()) {
-    // The ranks' files are at the top (vLLM's sharded_state).
-    s.rankRoot = dir;
-    return s;
-  }
-  if (std::string file = fileIn(dir); !file.empty()) {
-    // One rank's directory.
-    size_t slash = dir.rfind('/');
-    s.rankRoot = slash == std::string::npos ? "." : dir.substr(0, slash);
-    s.rankFiles[slash == std::string::npos ? dir : dir.substr(slash + 1)] =
-        file;
-    return s;
-  }
-  s.rankRoot = dir;
-  if (!tracker.empty() && isFile(dir + "/" + tracker)) {
+  // The iteration directory the tracker names, if there is one.
+  auto followTracker = [&]() {
+    if (tracker.empty() || !isFile(dir + "/" + tracker))
+      return true;
     std::ifstream in(dir + "/" + tracker);
     std::string text;
     std::getline(in, text);
@@ -279,14 +268,34 @@ std::optional<SourceFiles> mdl::rt::findRankFiles(const Binding &from,
     else {
       error = dir + "/" + tracker + " holds '" + text +
               "', not 'release' or an iteration number";
-      return std::nullopt;
+      return false;
     }
     if (!isDirectory(s.rankRoot)) {
       error = dir + "/" + tracker + " names " + s.rankRoot +
               ", which is not a directory";
-      return std::nullopt;
+      return false;
     }
+    return true;
+  };
+  if (from.rankDir(ParallelConfig(), 0).empty()) {
+    // The ranks' files are at the top (vLLM's sharded_state), or in the
+    // iteration directory a tracker names (a distributed checkpoint).
+    s.rankRoot = dir;
+    if (!followTracker())
+      return std::nullopt;
+    return s;
   }
+  if (std::string file = fileIn(dir); !file.empty()) {
+    // One rank's directory.
+    size_t slash = dir.rfind('/');
+    s.rankRoot = slash == std::string::npos ? "." : dir.substr(0, slash);
+    s.rankFiles[slash == std::string::npos ? dir : dir.substr(slash + 1)] =
+        file;
+    return s;
+  }
+  s.rankRoot = dir;
+  if (!followTracker())
+    return std::nullopt;
   DIR *d = ::opendir(s.rankRoot.c_str());
   if (!d) {
     error = "cannot read the directory '" + s.rankRoot + "'";

@@ -78,6 +78,217 @@ static std::string rankCheckpointText(int64_t rank, const Checkpoint &ckpt) {
   return out + " (" + std::to_string(files.size()) + " files in '" + dir + "')";
 }
 
+namespace {
+
+/// Where the chunks of a tensor are: the chunk boundaries along each axis,
+/// and the chunk holding each cell of the grid they make.
+class ChunkGrid {
+public:
+  bool build(const std::vector<int64_t> &shape,
+             const std::vector<Checkpoint::Chunk> &chunks, std::string &error) {
+    bounds.assign(shape.size(), {});
+    for (size_t k = 0; k < shape.size(); ++k) {
+      bounds[k].push_back(0);
+      bounds[k].push_back(shape[k]);
+      for (const Checkpoint::Chunk &c : chunks)
+        bounds[k].push_back(c.offsets[k]);
+      std::sort(bounds[k].begin(), bounds[k].end());
+      bounds[k].erase(std::unique(bounds[k].begin(), bounds[k].end()),
+                      bounds[k].end());
+    }
+    cellStride.assign(shape.size(), 1);
+    uint64_t cells = 1;
+    for (size_t k = shape.size(); k-- > 0;) {
+      cellStride[k] = int64_t(cells);
+      cells *= bounds[k].size() - 1;
+      if (cells > (uint64_t(1) << 26)) {
+        error = "its chunks cut it into too many pieces";
+        return false;
+      }
+    }
+    owner.assign(size_t(cells), -1);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      // Every cell of the chunk's box.
+      std::vector<int64_t> lo(shape.size()), hi(shape.size());
+      for (size_t k = 0; k < shape.size(); ++k) {
+        lo[k] = cellOf(k, chunks[c].offsets[k]);
+        hi[k] = cellOf(k, chunks[c].offsets[k] + chunks[c].sizes[k] - 1) + 1;
+        if (lo[k] >= hi[k])
+          return true; // an empty chunk holds nothing
+      }
+      std::vector<int64_t> at = lo;
+      while (true) {
+        int64_t cell = 0;
+        for (size_t k = 0; k < at.size(); ++k)
+          cell += at[k] * cellStride[k];
+        owner[size_t(cell)] = int64_t(c);
+        size_t k = at.size();
+        while (k-- > 0 && ++at[k] == hi[k])
+          at[k] = lo[k];
+        if (k == size_t(-1))
+          break;
+      }
+    }
+    return true;
+  }
+  /// The chunk holding element `at`, or -1.
+  int64_t find(const std::vector<int64_t> &at) const {
+    int64_t cell = 0;
+    for (size_t k = 0; k < at.size(); ++k)
+      cell += cellOf(k, at[k]) * cellStride[k];
+    return owner[size_t(cell)];
+  }
+
+private:
+  int64_t cellOf(size_t k, int64_t x) const {
+    return int64_t(std::upper_bound(bounds[k].begin(), bounds[k].end(), x) -
+                   bounds[k].begin()) -
+           1;
+  }
+  std::vector<std::vector<int64_t>> bounds;
+  std::vector<int64_t> cellStride;
+  std::vector<int64_t> owner;
+};
+
+/// Box `pc` of a tensor of shape `shape` stored in `chunks`, cut into the
+/// parts each chunk holds, each as a box of its chunk (strides and base in
+/// the chunk's row-major layout): (chunk, piece) pairs. False, with
+/// `error`, when the box's strides do not follow the tensor's axes.
+bool splitByChunks(const Piece &pc, const std::vector<int64_t> &shape,
+                   const std::vector<Checkpoint::Chunk> &chunks,
+                   const ChunkGrid &grid,
+                   std::vector<std::pair<size_t, Piece>> &out,
+                   std::string &error) {
+  size_t rank = shape.size();
+  std::vector<int64_t> axisStride(rank, 1);
+  for (size_t k = rank; k-- > 1;)
+    axisStride[k - 1] = axisStride[k] * shape[k];
+  size_t n = pc.lo.size();
+  // Per atom: the axis it runs along and its step there.
+  std::vector<int> axisOf(n, -1);
+  std::vector<int64_t> step(n, 0);
+  for (size_t a = 0; a < n; ++a) {
+    if (pc.count[a] <= 1)
+      continue;
+    int64_t s = pc.stride[a];
+    for (size_t k = 0; k < rank; ++k)
+      if (s >= axisStride[k] && s % axisStride[k] == 0 &&
+          (k == 0 || s < axisStride[k - 1])) {
+        axisOf[a] = int(k);
+        step[a] = s / axisStride[k];
+        break;
+      }
+    if (axisOf[a] < 0) {
+      error = "a box of it does not follow its axes";
+      return false;
+    }
+  }
+  std::vector<int64_t> base(rank);
+  for (size_t k = 0; k < rank; ++k)
+    base[k] = (pc.base / axisStride[k]) % shape[k];
+  auto corners = [&](const std::vector<int64_t> &lo,
+                     const std::vector<int64_t> &count,
+                     std::vector<int64_t> &mn, std::vector<int64_t> &mx) {
+    mn = base;
+    for (size_t a = 0; a < n; ++a)
+      if (axisOf[a] >= 0)
+        mn[size_t(axisOf[a])] += (lo[a] - pc.lo[a]) * step[a];
+    mx = mn;
+    for (size_t a = 0; a < n; ++a)
+      if (axisOf[a] >= 0)
+        mx[size_t(axisOf[a])] += (count[a] - 1) * step[a];
+  };
+  auto within = [&](int64_t c, const std::vector<int64_t> &mx) {
+    const Checkpoint::Chunk &ch = chunks[size_t(c)];
+    for (size_t k = 0; k < rank; ++k)
+      if (mx[k] >= ch.offsets[k] + ch.sizes[k])
+        return false;
+    return true;
+  };
+  {
+    std::vector<int64_t> mn, mx;
+    corners(pc.lo, pc.count, mn, mx);
+    for (size_t k = 0; k < rank; ++k)
+      if (mx[k] >= shape[k]) {
+        error = "a box of it does not follow its axes";
+        return false;
+      }
+  }
+  auto emit = [&](int64_t c, const std::vector<int64_t> &lo,
+                  const std::vector<int64_t> &count,
+                  const std::vector<int64_t> &mn) {
+    const Checkpoint::Chunk &ch = chunks[size_t(c)];
+    std::vector<int64_t> cs(rank, 1);
+    for (size_t k = rank; k-- > 1;)
+      cs[k - 1] = cs[k] * ch.sizes[k];
+    Piece sp;
+    sp.param = pc.param;
+    sp.lo = lo;
+    sp.count = count;
+    sp.stride.assign(n, 1);
+    for (size_t a = 0; a < n; ++a)
+      if (axisOf[a] >= 0)
+        sp.stride[a] = step[a] * cs[size_t(axisOf[a])];
+    sp.base = 0;
+    for (size_t k = 0; k < rank; ++k)
+      sp.base += (mn[k] - ch.offsets[k]) * cs[k];
+    out.push_back({size_t(c), std::move(sp)});
+  };
+  std::function<bool(const std::vector<int64_t> &,
+                     const std::vector<int64_t> &)>
+      split = [&](const std::vector<int64_t> &lo,
+                  const std::vector<int64_t> &count) {
+        std::vector<int64_t> mn, mx;
+        corners(lo, count, mn, mx);
+        int64_t c = grid.find(mn);
+        if (c >= 0 && within(c, mx)) {
+          emit(c, lo, count, mn);
+          return true;
+        }
+        // Cut along the outermost atom left, in runs of one chunk.
+        int best = -1;
+        for (size_t a = 0; a < n; ++a)
+          if (count[a] > 1 && axisOf[a] >= 0 &&
+              (best < 0 || pc.stride[a] > pc.stride[size_t(best)]))
+            best = int(a);
+        if (best < 0) {
+          error = "an element of it is in no chunk";
+          return false;
+        }
+        size_t b = size_t(best);
+        std::vector<int64_t> l = lo, k = count;
+        int64_t end = lo[b] + count[b];
+        for (int64_t v = lo[b]; v < end;) {
+          l[b] = v;
+          k[b] = 1;
+          corners(l, k, mn, mx);
+          c = grid.find(mn);
+          if (c < 0 || !within(c, mx)) {
+            if (!split(l, k))
+              return false;
+            ++v;
+            continue;
+          }
+          std::vector<int64_t> first = mn;
+          int64_t w = v + 1;
+          for (; w < end; ++w) {
+            l[b] = w;
+            corners(l, k, mn, mx);
+            if (grid.find(mn) != c || !within(c, mx))
+              break;
+          }
+          l[b] = v;
+          k[b] = w - v;
+          emit(c, l, k, first);
+          v = w;
+        }
+        return true;
+      };
+  return split(pc.lo, pc.count);
+}
+
+} // namespace
+
 bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
                           std::string &error,
                           const std::set<std::string> &dropped) {
@@ -100,7 +311,25 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
               from.layout().backend + " holds there";
       return false;
     }
-    if (ref->info->shape != t.shape || ref->info->dtype != t.dtype) {
+    // A vocabulary padded further than the spec pads it (a training run's
+    // padding for its tensor-parallel size) holds the same rows first.
+    bool padded = ref->info->dtype == t.dtype &&
+                  ref->info->shape.size() == t.shape.size() &&
+                  !t.shape.empty() && ref->info->shape[0] > t.shape[0] &&
+                  std::equal(t.shape.begin() + 1, t.shape.end(),
+                             ref->info->shape.begin() + 1) &&
+                  std::any_of(t.pieces.begin(), t.pieces.end(),
+                              [&](const Piece &pc) {
+                                const Param &p = from.layout().params[size_t(
+                                    pc.param)];
+                                return std::any_of(
+                                    p.splits.begin(), p.splits.end(),
+                                    [](const Split &s) {
+                                      return bool(s.padMultiple);
+                                    });
+                              });
+    if (!padded &&
+        (ref->info->shape != t.shape || ref->info->dtype != t.dtype)) {
       error = "tensor '" + t.name + "' is " + shapeText(ref->info->shape) +
               " " + std::string(safetensorsName(ref->info->dtype)) + " in " +
               rankCheckpointText(rank, *ckpt) + ", but the spec says " +
@@ -110,18 +339,41 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
     if (t.copy)
       continue;
     const uint8_t *data = ckpt->data(*ref);
+    // A distributed checkpoint's tensor is read from its chunks: each box
+    // cut into the parts its chunks hold.
+    const std::vector<Checkpoint::Chunk> *chunks = ckpt->chunks(*ref);
+    ChunkGrid grid;
+    if (chunks && !grid.build(ref->info->shape, *chunks, error)) {
+      error = "tensor '" + t.name + "' of " + ref->shard->path + ": " + error;
+      return false;
+    }
     for (const Piece &pc : t.pieces) {
       // A parameter replicated over ranks is read from the first only.
       std::vector<View> &held = views[from.layout().params[size_t(pc.param)].path];
-      if (std::none_of(held.begin(), held.end(), [&](const View &v) {
+      if (std::any_of(held.begin(), held.end(), [&](const View &v) {
             return v.piece.lo == pc.lo && v.piece.count == pc.count &&
                    v.dtype == t.dtype && v.offset == t.offset;
           }))
+        continue;
+      if (!chunks) {
         held.push_back({data, ref->info->numBytes(),
                         ref->shard->mapped() ? &ref->shard->path : nullptr,
                         &ref->info->name,
                         ref->shard->header().dataStart + ref->info->dataBegin,
                         t.dtype, t.offset, pc, rank});
+        continue;
+      }
+      std::vector<std::pair<size_t, Piece>> parts;
+      if (!splitByChunks(pc, ref->info->shape, *chunks, grid, parts, error)) {
+        error = "tensor '" + t.name + "' of " + ref->shard->path + ": " + error;
+        return false;
+      }
+      for (auto &[c, piece] : parts) {
+        const Checkpoint::Chunk &ch = (*chunks)[c];
+        held.push_back({ch.data, ch.bytes, ch.file, &ref->info->name,
+                        ch.fileOffset, t.dtype, t.offset, std::move(piece),
+                        rank});
+      }
     }
   }
   for (const auto &[name, ref] : ckpt->tensors())

@@ -27,6 +27,8 @@
 
 namespace mdl::rt {
 
+class DistCheckpoint;
+
 /// A HuggingFace checkpoint's model.safetensors.index.json: which shard
 /// holds each tensor. Names only; shapes live in the shards.
 struct CheckpointIndex {
@@ -41,6 +43,15 @@ std::optional<CheckpointIndex> readCheckpointIndex(const std::string &path,
 /// The tensors of a checkpoint that may span several safetensors files.
 class Checkpoint {
 public:
+  /// A box of a tensor stored on its own (a chunk of a distributed
+  /// checkpoint): its place in the tensor, its bytes (row-major in the box)
+  /// and where they are in their file.
+  struct Chunk {
+    std::vector<int64_t> offsets, sizes;
+    const uint8_t *data = nullptr; // null when opened headers-only
+    const std::string *file = nullptr;
+    uint64_t fileOffset = 0, bytes = 0;
+  };
   struct Shard {
     std::string path;
     /// The mapped file; null when opened headers-only.
@@ -53,10 +64,16 @@ public:
     /// Tensors in memory (a process's own, see inMemory()): the address of
     /// each tensor of readHeader, in its order.
     std::vector<const uint8_t *> memory;
+    /// A distributed checkpoint (DistCheckpoint.h, Megatron's torch_dist):
+    /// the chunks of each tensor of readHeader, in its order, and the paths
+    /// of its files.
+    std::shared_ptr<const DistCheckpoint> dist;
+    std::vector<std::vector<Chunk>> chunks;
+    std::vector<std::string> distFiles;
 
     /// Whether its bytes are a mapped file, whose pages may be dropped
     /// and read again (SafetensorsFile::release).
-    bool mapped() const { return file || zip; }
+    bool mapped() const { return file || zip || dist; }
 
     const SafetensorsHeader &header() const {
       return file ? file->header() : readHeader;
@@ -75,7 +92,11 @@ public:
   ///    them;
   ///  - an index .json file, or a single .safetensors file;
   ///  - a torch checkpoint (a zip file, as torch.save writes): the state
-  ///    dicts readTorchStateDict reads (headers-only or not, it is mapped).
+  ///    dicts readTorchStateDict reads (headers-only or not, it is mapped);
+  ///  - a distributed checkpoint (a directory with `.metadata`, or that
+  ///    file): its tensors, each in its chunks (see chunks()); its bytes
+  ///    items and Megatron's optimizer state (keys `optimizer.*`) are left
+  ///    out.
   /// With `headersOnly`, shards are read with readSafetensorsHeader and no
   /// data is mapped (data() returns null).
   static std::unique_ptr<Checkpoint>
@@ -109,12 +130,17 @@ public:
     return byName;
   }
   const TensorRef *find(std::string_view name) const;
-  /// The tensor's bytes, or null when opened headers-only.
+  /// The tensor's bytes, or null when opened headers-only or when the
+  /// tensor is stored in several chunks.
   const uint8_t *data(const TensorRef &t) const;
+  /// The chunks a distributed checkpoint's tensor is stored in (tiling it),
+  /// or null for a tensor of another format (whose bytes are one run).
+  const std::vector<Chunk> *chunks(const TensorRef &t) const;
 
 private:
   Checkpoint() = default;
   bool addShard(const std::string &path, bool headersOnly, std::string &error);
+  bool addDist(const std::string &dir, bool headersOnly, std::string &error);
   bool openIndex(const std::string &indexPath, const std::string &dir,
                  bool headersOnly, std::string &error);
 
