@@ -467,6 +467,44 @@ def test_partial_sync_touches_only_its_parameters(hf, tmp_path):
         assert r["report"]["stale"] == []
 
 
+def test_checksums_sum_bucket_words():
+    """A segment's checksum is the wrapping int64 sum of the bucket's
+    8-byte words it touches (computed here with numpy), whatever the
+    alignment of the bytes in memory; a flipped byte changes exactly the
+    checksums of the segments whose words hold it."""
+    from mdl.sync import _Segment, _Sync
+    rng = np.random.default_rng(7)
+    nbytes = 8 * 37 + 5  # a partial last word
+    raw = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    # Segments of 2-byte elements that share words at their edges.
+    cuts = [0, 6, 30, 102, 190, 250, nbytes - 1, nbytes]
+    segs = [_Segment(tensor=0, offset=0, shape=(), strides=(), at=a,
+                     nbytes=b - a, wire="BF16", shift=0, param=0,
+                     peer_tensor=0) for a, b in zip(cuts, cuts[1:])]
+    words = np.concatenate([raw, np.zeros(3, np.uint8)]).view(np.uint64)
+
+    def reference(data):
+        w = np.concatenate([data, np.zeros(3, np.uint8)]).view(np.uint64)
+        return [int(w[a // 8:(a + n + 7) // 8].sum(dtype=np.uint64)
+                    .astype(np.int64))
+                for a, n in ((g.at, g.nbytes) for g in segs)]
+
+    assert len(words) == 38
+    want = reference(raw)
+    for shift in range(8):  # the bucket's bytes at every alignment
+        store = torch.zeros(nbytes + shift, dtype=torch.uint8)
+        data = store[shift:]
+        data.copy_(torch.from_numpy(raw))
+        got = [int(x) for x in _Sync.checksums(data, segs)]
+        assert got == want, shift
+    flipped = raw.copy()
+    flipped[101] ^= 0x10  # in word 12, which segments 2 and 3 share
+    got = [int(x) for x in _Sync.checksums(torch.from_numpy(flipped), segs)]
+    changed = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+    assert changed == [2, 3]
+    assert got == reference(flipped)
+
+
 FAULTS = [
     # A source process lacks a tensor: every process fails before any
     # byte moves.
