@@ -146,7 +146,8 @@ def main():
     # what was there before stays.
     out = os.path.join(args.work, "blocked")
     os.makedirs(os.path.join(out, "release", "mp_rank_00_002", "model_optim_rng.pt"))
-    r = convert(mpirun, hf, out, ["--from", "hf", "--to", "mcore_te", "--pp", "4"], MPI_ENV)
+    r = convert(mpirun, hf, out, ["--from", "hf", "--to", "mcore_te", "--pp", "4",
+                                  "--overwrite"], MPI_ENV)
     left = sorted(os.path.relpath(os.path.join(d, n), out)
                   for d, dirs, names in os.walk(out) for n in dirs + names)
     errors = [l for l in r.stderr.splitlines() if "error:" in l]

@@ -71,7 +71,9 @@ Options:
   --format safetensors
                       write a backend's ranks as model.safetensors in one
                       directory per rank at the top of OUT_DIR, rather
-                      than in the backend's own format (--format native)
+                      than in the backend's own format (--format native);
+                      refused for a backend that keeps its ranks' files at
+                      the top (vllm: they are safetensors already)
   --iteration N       save as iteration N (iter_000000N) rather than as a
                       release
   --max-shard-size S  the largest file of an hf target or a split rank
@@ -81,6 +83,10 @@ Options:
                       to T (rounded once, to nearest even), parameters the
                       spec gives a dtype of their own keep it; the output
                       config.json's torch_dtype says T
+  --overwrite         write into OUT_DIR although it is not empty (files of
+                      the same names are replaced, others left as they
+                      are); without it, an OUT_DIR that holds anything is
+                      refused
   --dry-run           check the source as the conversion does, then print
                       what each target rank would hold (directory, name,
                       shape, dtype) and write nothing
@@ -184,6 +190,7 @@ cli::Parsed convert::parseCommandLine(int argc, char **argv, Options &o) {
                                                 DType::F32}[i];
                         }),
       cli::flag({"--dry-run"}, o.dryRun),
+      cli::flag({"--overwrite"}, o.overwrite),
       cli::choiceOption("--io", {"direct", "buffered"},
                         [&](size_t i) { o.directIO = i == 0; }),
       // Read by main(), which starts the processes.

@@ -33,6 +33,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <dirent.h>
 #include <set>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,6 +78,19 @@ bool othersSucceeded() {
     return true;
   agreedFailure = outcome;
   return false;
+}
+
+/// The names in directory `dir` but . and .., sorted.
+std::vector<std::string> entriesOf(const std::string &dir) {
+  std::vector<std::string> out;
+  if (DIR *d = opendir(dir.c_str())) {
+    while (dirent *e = readdir(d))
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, ".."))
+        out.push_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 bool isDir(const std::string &p) {
@@ -330,6 +344,7 @@ private:
   bool adaptersToHf = false;
 
   std::unique_ptr<Converter> converter;
+  OutputFormat format;
   OutputFiles output;
   std::unique_ptr<ProgressReporter> reporter;
   ConvertProgress last;
@@ -662,7 +677,17 @@ std::optional<int> Conversion::openSources() {
     converter->restrictSources(present);
   }
   bool toHf = o.toName == "hf";
-  OutputFormat format;
+  // A directory per rank for a backend that keeps its ranks at the top of
+  // the checkpoint would put every rank in one file.
+  if (o.safetensorsOut && !toHf && !o.adapters &&
+      to->rankDir(o.target, 0).empty()) {
+    std::string file = to->rankFile(o.target, 0);
+    if (size_t part = file.find("{part}"); part != std::string::npos)
+      file.replace(part, 6, "0");
+    return usage("--format safetensors writes a directory per rank, and " +
+                 o.toName + " keeps its ranks at the top of the checkpoint (" +
+                 file + "); its files are safetensors already");
+  }
   format.kind = toHf ? OutputFormat::HF
                 : o.safetensorsOut || o.adapters ? OutputFormat::RankSafetensors
                                                  : OutputFormat::Backend;
@@ -701,24 +726,58 @@ std::optional<int> Conversion::openSources() {
 
 std::optional<int> Conversion::checkOutput() {
   // Outputs: new files only, removed again on any failure.
+  // Processes that each write their share into one directory cannot tell
+  // another's files from what was there before.
   bool likeRank = o.onlyRank >= 0 || (shared && !processes->communicate());
-  if (!likeRank && isDir(outDir) && exists(outDir + "/plan.json"))
-    return fail("'" + outDir + "' already holds a conversion");
+  if (!likeRank && !o.overwrite && isDir(outDir)) {
+    if (exists(outDir + "/plan.json"))
+      return fail("'" + outDir +
+                  "' already holds a conversion (--overwrite writes over it)");
+    std::vector<std::string> held = entriesOf(outDir);
+    if (!held.empty()) {
+      std::string names;
+      for (size_t i = 0; i < held.size() && i < 3; ++i)
+        names += (i ? ", '" : "'") + held[i] + "'";
+      if (held.size() > 3)
+        names += " and " + std::to_string(held.size() - 3) + " more";
+      return fail("'" + outDir + "' is not empty (it holds " + names +
+                  ") and is no output of mdl-convert: give --overwrite to "
+                  "write into it");
+    }
+  }
   if (!o.quiet && isatty(2) && !detected.empty())
     std::fprintf(stderr, "detected from the checkpoint: %s\n",
                  detected.c_str());
   if (!o.dryRun)
     return std::nullopt;
   // A dry run checks what the run does, then prints instead of writing.
-  for (int64_t r : processes->index() == 0 ? todo : std::vector<int64_t>()) {
-    // A rank at the top of the checkpoint is named by its files.
+  std::vector<int64_t> printed =
+      processes->index() == 0 ? todo : std::vector<int64_t>();
+  // A rank at the top of the checkpoint is named by the file that holds
+  // each tensor, as the run would name it.
+  std::map<std::pair<int64_t, std::string>, std::string> fileOf;
+  for (const Converter::TargetFile &f :
+       planOutputFiles(*to, o.target, printed, outDir, format).files) {
+    std::string name = f.path.substr(f.path.rfind('/') + 1);
+    if (f.tensors.empty())
+      fileOf[{f.rank, ""}] = name;
+    for (const std::string &t : f.tensors)
+      fileOf[{f.rank, t}] = name;
+  }
+  for (int64_t r : printed) {
     std::string dir = o.toName == "hf" ? "." : to->rankDir(o.target, r);
-    if (dir.empty())
-      dir = to->rankFile(o.target, r);
-    for (const RankTensor &t : to->rankTensors(o.target, r))
-      std::printf("%s\t%s\t%s\t%s\n", dir.c_str(), t.name.c_str(),
+    for (const RankTensor &t : to->rankTensors(o.target, r)) {
+      std::string where = dir;
+      if (where.empty()) {
+        auto it = fileOf.find({r, t.name});
+        if (it == fileOf.end())
+          it = fileOf.find({r, ""});
+        where = it == fileOf.end() ? "." : it->second;
+      }
+      std::printf("%s\t%s\t%s\t%s\n", where.c_str(), t.name.c_str(),
                   shapeText(t.shape).c_str(),
                   std::string(safetensorsName(t.dtype)).c_str());
+    }
   }
   return 0;
 }

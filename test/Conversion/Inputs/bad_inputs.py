@@ -118,7 +118,8 @@ def main():
             open(os.path.join(name + ".out", path), "w").close()
         else:
             os.makedirs(os.path.join(name + ".out", path))
-        cases.append((name, good, to_backend))
+        # Written into with --overwrite (else it is refused as not empty).
+        cases.append((name, good, to_backend + ["--overwrite"]))
 
     def tree(d):
         return sorted(os.path.relpath(os.path.join(r, f), d)
