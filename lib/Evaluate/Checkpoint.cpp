@@ -128,6 +128,22 @@ size_t likeness(StringRef a, StringRef b) {
 }
 
 class Comparison {
+  /// A vocabulary padded further than the spec pads it (the padding of a
+  /// training run's tensor-parallel size) holds the same rows first, as
+  /// Megatron loads it: not another shape.
+  bool paddedFurther(const rt::TensorListing &t,
+                     const std::vector<int64_t> &stored) const {
+    if (stored.size() != t.shape.size() || t.shape.empty() ||
+        stored[0] <= t.shape[0] ||
+        !std::equal(t.shape.begin() + 1, t.shape.end(), stored.begin() + 1))
+      return false;
+    for (int p : rt::tensorParams(*t.spec))
+      for (const rt::Split &s : bound.layout.params[size_t(p)].splits)
+        if (s.padMultiple)
+          return true;
+    return false;
+  }
+
 public:
   Comparison(const rt::BoundLayout &bound, const CheckpointContents &ckpt,
              ModuleDeclOp model, StringRef configPath,
@@ -158,7 +174,7 @@ public:
         continue;
       }
       const CheckpointEntry &e = it->second;
-      if (e.shape && *e.shape != t.shape)
+      if (e.shape && *e.shape != t.shape && !paddedFurther(t, *e.shape))
         report("checkpoint-shape", "tensor '" + t.name + "' is " +
                                        shapeText(t.shape) +
                                        " in the spec but " +

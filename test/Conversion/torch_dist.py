@@ -79,6 +79,11 @@ def dist_reference(model, config, hf):
                 res[name + "." + part] = x
             continue
         res[name.replace(".mtp_model_layer.", ".transformer_layer.")] = a
+    # The vocabulary unpadded (Megatron loads it with allow_shape_mismatch).
+    V = tc["vocab_size"]
+    for name in list(res):
+        if name.endswith(("embedding.word_embeddings.weight", "output_layer.weight")):
+            res[name] = res[name][:V]
     for name, by in experts.items():
         res[name.replace(".mtp_model_layer.", ".transformer_layer.")] = \
             np.stack([by[e] for e in sorted(by)])
@@ -234,11 +239,152 @@ def write_torch_dist(top, tensors, work):
     return d
 
 
+LOAD_METADATA = r'''
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import torch_dist as td
+md = td.load(sys.argv[1])
+out = {"class": type(md).__module__ + "." + type(md).__name__,
+       "planner_data": md.planner_data, "keys": {}}
+for key, v in md.state_dict_metadata.items():
+    p = v.properties
+    out["keys"][key] = {
+        "class": type(v).__module__ + "." + type(v).__name__,
+        "properties": type(p).__module__ + "." + type(p).__name__,
+        "memory_format": type(p.memory_format).__name__ + "." + p.memory_format.name,
+        "dtype": p.dtype.name, "size": list(v.size), "chunks": []}
+    for c in v.chunks:
+        out["keys"][key]["chunks"].append([list(c.offsets), list(c.sizes)])
+for i, st in md.storage_data.items():
+    out["keys"][i.fqn].setdefault("items", []).append(
+        [list(i.offset), type(st).__module__ + "." + type(st).__name__,
+         st.relative_path, st.offset, st.length])
+json.dump(out, sys.stdout)
+'''
+
+LOAD_ITEMS = r'''
+import io, json, sys
+import numpy as np, torch
+d, plan, outdir = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
+data = {}
+for n, (key, rel, off, length) in enumerate(plan):
+    if rel not in data:
+        data[rel] = open(d + "/" + rel, "rb").read()
+    t = torch.load(io.BytesIO(data[rel][off:off + length]))
+    a = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+    np.save("%s/%d.npy" % (outdir, n), a)
+common = torch.load(d + "/common.pt")
+print(json.dumps({"keys": sorted(common), "checkpoint_version": common["checkpoint_version"],
+                  "iteration": common["iteration"], "args": sorted(vars(common["args"]).items())}))
+'''
+
+
+def back_to_hf(args, src, back, expect, flags, what):
+    """mdl-convert --from mcore-te SRC --to hf: byte for byte `expect`."""
+    r = roundtrip.run([args.convert, "--from", "mcore-te", "--to", "hf"] + flags +
+                      ["--quiet", src, back])
+    if r.returncode:
+        return [what + " failed: " + r.stderr.strip()]
+    diff = roundtrip.same(expect, back)
+    return [what + " changed the checkpoint: " + diff] if diff else []
+
+
+def check_written(args, hf, expect, want, config):
+    """--from hf --to mcore-te --format torch_dist, checked as Megatron and
+    torch read it."""
+    fails = []
+    run = roundtrip.run
+    out = os.path.join(args.work, "written")
+    r = run([args.convert, "--model", args.model, "--from", "hf", "--to", "mcore-te",
+             "--format", "torch_dist", "--quiet", hf, out])
+    if r.returncode:
+        return ["hf -> torch_dist failed: " + r.stderr.strip()]
+    d = os.path.join(out, "release")
+    if open(os.path.join(out, "latest_checkpointed_iteration.txt")).read().strip() != "release":
+        fails.append("the tracker does not say release")
+    if json.load(open(os.path.join(d, "metadata.json"))) != {
+            "sharded_backend": "torch_dist", "sharded_backend_version": 1,
+            "common_backend": "torch", "common_backend_version": 1}:
+        fails.append("metadata.json holds other keys")
+    # .metadata through Python's pickle, against classes at torch's paths.
+    r = subprocess.run([TORCH, "-c", LOAD_METADATA, os.path.join(d, ".metadata"),
+                        os.path.join(HERE, "..", "Inputs")], capture_output=True, text=True)
+    if r.returncode:
+        return fails + ["pickle cannot load .metadata: " + r.stderr.strip()[-500:]]
+    md = json.loads(r.stdout)
+    if md["class"] != "torch.distributed.checkpoint.metadata.Metadata" or md["planner_data"] is not None:
+        fails.append(".metadata's root is %s" % md["class"])
+    if set(md["keys"]) != set(want):
+        fails.append("keys differ: only Megatron's %s, only written %s" % (
+            sorted(set(want) - set(md["keys"]))[:4], sorted(set(md["keys"]) - set(want))[:4]))
+        return fails
+    plan = []
+    for key, k in sorted(md["keys"].items()):
+        a = want[key]
+        if k["size"] != list(a.shape):
+            fails.append("%s has size %s, not %s" % (key, k["size"], list(a.shape)))
+        if (k["class"], k["properties"], k["memory_format"]) != (
+                "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+                "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
+                "MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT"):
+            fails.append("%s is described by %s" % (key, k))
+        # A chunk per layer and per expert.
+        stacked = not ("." + key).split(".decoder.layers.")[-1].split(".")[0].isdigit() \
+            and ".decoder.layers." in "." + key
+        lead = int(stacked) + int(".experts." in key)
+        for off, size in k["chunks"]:
+            if any(sz != 1 for sz in size[:lead]):
+                fails.append("%s has a chunk %s+%s of several layers or experts" % (key, off, size))
+                break
+        if sum(int(np.prod(sz)) for _, sz in k["chunks"]) != a.size:
+            fails.append("%s's chunks do not cover it" % key)
+        for off, cls, rel, at, length in k["items"]:
+            if cls != "torch.distributed.checkpoint.filesystem._StorageInfo":
+                fails.append("%s's item is a %s" % (key, cls))
+            size = next(sz for o, sz in k["chunks"] if o == off)
+            plan.append((key, off, size, rel, at, length))
+    # Every item through torch 1.13's torch.load on its byte range.
+    items = os.path.join(args.work, "items")
+    shutil.rmtree(items, ignore_errors=True)
+    os.makedirs(items)
+    pf = os.path.join(args.work, "items.json")
+    json.dump([(p[0], p[3], p[4], p[5]) for p in plan], open(pf, "w"))
+    r = subprocess.run([TORCH, "-c", LOAD_ITEMS, d, pf, items], capture_output=True, text=True)
+    if r.returncode:
+        return fails + ["torch.load failed: " + r.stderr.strip()[-500:]]
+    for n, (key, off, size, rel, at, length) in enumerate(plan):
+        got = np.load(os.path.join(items, "%d.npy" % n))
+        box = want[key][tuple(slice(o, o + s) for o, s in zip(off, size))]
+        if got.shape != box.shape or got.tobytes() != np.ascontiguousarray(box).tobytes():
+            fails.append("item %s %s+%s differs from Megatron's tensor" % (key, off, size))
+    common = json.loads(r.stdout)
+    tc = config.get("text_config", config)
+    layers = tc["num_hidden_layers"]
+    if common["keys"] != ["args", "checkpoint_version", "iteration",
+                          "num_floating_point_operations_so_far"] or \
+            common["checkpoint_version"] != 3 or common["iteration"] != 0 or \
+            ["num_layers", layers] not in common["args"] or \
+            ["hidden_size", tc["hidden_size"]] not in common["args"]:
+        fails.append("common.pt holds %s" % common)
+    # MDL reads back the same bytes, and HF byte for byte.
+    return fails + back_to_hf(args, out, os.path.join(args.work, "written_back"),
+                              expect, [], "hf -> torch_dist (written) -> hf")
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ["--mdlc", "--convert", "--spec", "--model", "--config", "--work"]:
         ap.add_argument(a, required=True)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--save-only", metavar="DIR",
+                    help="write the torch_dist checkpoint a run saves into "
+                         "DIR (the vocabulary padded to --pad rows), less "
+                         "the keys --drop names, with --add keys added and "
+                         "the last axis of --narrow keys one shorter, and stop")
+    ap.add_argument("--pad", type=int, default=256)
+    ap.add_argument("--drop", action="append", default=[])
+    ap.add_argument("--add", action="append", default=[])
+    ap.add_argument("--narrow", action="append", default=[])
     ap.add_argument("--keys-only", action="store_true",
                     help="compare the keys and global shapes of the spec's "
                          "mcore_te_dist layout (mdlc params) with Megatron's "
@@ -293,19 +439,23 @@ def main():
     run_tensors = dict(want)
     for name, a in want.items():
         if name.endswith(("embedding.word_embeddings.weight", "output_layer.weight")):
-            rows = -(-a.shape[0] // 256) * 256
+            rows = -(-a.shape[0] // args.pad) * args.pad
             run_tensors[name] = np.concatenate(
                 [a, np.zeros((rows - a.shape[0],) + a.shape[1:], a.dtype)])
+    if args.save_only:
+        for k in args.drop:
+            del run_tensors[k]
+        for k in args.add:
+            run_tensors[k] = np.zeros((3, 5), np.uint16)
+        for k in args.narrow:
+            run_tensors[k] = np.ascontiguousarray(run_tensors[k][..., :-1])
+        write_torch_dist(args.save_only, run_tensors, args.work)
+        print("saved %d keys in %s" % (len(run_tensors), args.save_only))
+        return
     write_torch_dist(saved, run_tensors, args.work)
     back = os.path.join(args.work, "back")
-    r = run([args.convert, "--from", "mcore-te", "--to", "hf", "--config", config_path,
-             "--quiet", saved, back])
-    if r.returncode:
-        failures.append("torch_dist -> hf failed: " + r.stderr.strip())
-    else:
-        diff = roundtrip.same(expect, back)
-        if diff:
-            failures.append("torch_dist -> hf differs from the HF checkpoint: " + diff)
+    failures += back_to_hf(args, saved, back, expect, ["--config", config_path],
+                           "torch_dist (saved) -> hf")
     # torch_dist -> vLLM equals hf -> vLLM (from the dequantized weights
     # with FP8).
     src = hf
@@ -326,7 +476,10 @@ def main():
             if diff:
                 failures.append("torch_dist -> vllm differs from hf -> vllm on rank %d: %s" % (rank, diff))
 
-    print("%s: torch_dist read (%d keys), %d failures" % (args.model, len(want), len(failures)))
+    if args.write and not failures:
+        failures += check_written(args, hf, expect, want, config)
+    print("%s: torch_dist read (%d keys)%s, %d failures" % (
+        args.model, len(want), ", written" if args.write else "", len(failures)))
     for f in failures[:20]:
         print("FAIL: " + f)
     sys.exit(1 if failures else 0)

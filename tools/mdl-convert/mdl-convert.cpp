@@ -29,7 +29,6 @@
 #include "mdl/Runtime/Model/Lora.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -101,32 +100,6 @@ bool isDir(const std::string &p) {
 bool exists(const std::string &p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
-}
-
-/// Whether `dir` is a distributed checkpoint (Megatron's torch_dist): it
-/// holds `.metadata` or Megatron's `metadata.json`, or its tracker names an
-/// iteration directory that does.
-bool isTorchDist(const std::string &dir) {
-  auto holds = [](const std::string &d) {
-    return exists(d + "/" + kDistMetadataFile) || exists(d + "/metadata.json");
-  };
-  if (holds(dir))
-    return true;
-  std::string tracker;
-  std::string error;
-  if (!rt::readFile(dir + "/latest_checkpointed_iteration.txt", tracker, error))
-    return false;
-  while (!tracker.empty() && std::isspace((unsigned char)tracker.back()))
-    tracker.pop_back();
-  if (tracker == "release")
-    return holds(dir + "/release");
-  char name[32];
-  char *end = nullptr;
-  long long it = std::strtoll(tracker.c_str(), &end, 10);
-  if (tracker.empty() || *end || it < 0)
-    return false;
-  std::snprintf(name, sizeof name, "/iter_%07lld", it);
-  return holds(dir + name);
 }
 
 bool readFile(const std::string &path, std::string &out) {
@@ -415,7 +388,7 @@ std::optional<int> Conversion::findLayouts() {
   // A distributed checkpoint (Megatron's torch_dist) of backend B has the
   // layout of backend B_dist: read so when the input is one.
   if (o.fromName != "hf" && backendDecl(o.fromName + "_dist") &&
-      isTorchDist(inDir)) {
+      !findDistCheckpoint(inDir).empty()) {
     o.fromName += "_dist";
     if (!o.quiet)
       std::fprintf(stderr, "mdl-convert: %s is a distributed checkpoint: "

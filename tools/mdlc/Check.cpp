@@ -3,6 +3,7 @@
 #include "Commands.h"
 
 #include "mdl/Evaluate/Check.h"
+#include "mdl/Runtime/Checkpoint/DistCheckpoint.h"
 #include "mdl/Transforms/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -42,6 +43,14 @@ int mdl::runCheck(const Options &options, mlir::ModuleOp top,
     co.checkpoint = {CheckpointSource::Index, options.hfIndex};
   else if (!options.hfInventory.empty())
     co.checkpoint = {CheckpointSource::Inventory, options.hfInventory};
+  else if (!options.mcoreDir.empty()) {
+    // Megatron-Core's distributed checkpoint of a TE model: its keys and
+    // global shapes are the mcore_te_dist profile's (a release/ or iter_*
+    // directory, or the top of the checkpoint with its tracker).
+    std::string dir = rt::findDistCheckpoint(options.mcoreDir);
+    co.checkpoint = {CheckpointSource::Dir, dir.empty() ? options.mcoreDir : dir};
+    co.checkpointBackend = "mcore_te_dist";
+  }
   auto session = std::make_shared<CheckSession>(co);
 
   // Errors reported outside the checks (a spec that fails to instantiate

@@ -81,6 +81,7 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       path("--hf-index", options.hfIndex),
       path("--hf-dir", options.hfDir),
       path("--hf-inventory", options.hfInventory),
+      path("--mcore-dir", options.mcoreDir),
       oneOf("--format", {"text", "json", "svg", "diagram"}, options.format),
       cli::integerOption("--lora-rank", 1, 65536,
                          [&](int64_t n) { options.loraRank = n; }),
@@ -157,11 +158,13 @@ std::optional<int> mdl::parseOptions(const std::vector<std::string> &args,
       options.files.size() != 1)
     return usageError(options.command + " takes one file");
   int sources = !options.hfDir.empty() + !options.hfIndex.empty() +
-                !options.hfInventory.empty();
+                !options.hfInventory.empty() + !options.mcoreDir.empty();
   if (sources > 1)
-    return usageError("give one of --hf-dir, --hf-index, --hf-inventory");
+    return usageError(
+        "give one of --hf-dir, --hf-index, --hf-inventory, --mcore-dir");
   if (sources && options.command != "check")
-    return usageError("--hf-dir, --hf-index and --hf-inventory are for check");
+    return usageError("--hf-dir, --hf-index, --hf-inventory and --mcore-dir "
+                      "are for check");
   if (options.verifyDiagnostics && options.diagnosticsFormat != "text")
     return usageError("--verify-diagnostics needs --diagnostics-format=text");
   if (options.inPlace && options.command != "format")

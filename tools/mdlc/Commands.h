@@ -51,6 +51,8 @@ struct Options {
   std::map<std::string, std::vector<int64_t>> grid;
   /// check against a real checkpoint.
   std::string hfIndex, hfDir, hfInventory;
+  /// check --mcore-dir: a Megatron-Core distributed checkpoint (torch_dist).
+  std::string mcoreDir;
   /// lora: the adapters' rank.
   int64_t loraRank = 16;
   /// emit: where the generated files go, and a make-style list of the

@@ -152,6 +152,10 @@ Options:
   --hf-index FILE, --hf-dir DIR, --hf-inventory FILE
                       check against a checkpoint's index, safetensors
                       headers, or a tensor inventory (name, shape, dtype)
+  --mcore-dir DIR     check against a Megatron-Core distributed checkpoint
+                      (torch_dist: its .metadata's keys and global shapes;
+                      DIR is it, or the top of a checkpoint whose tracker
+                      names it) with the mcore_te_dist profile's layout
   --format=text|json  output format of params and plan
   --format=svg|diagram --tensor REGEX
                       plan: draw, for each tensor whose name matches, the

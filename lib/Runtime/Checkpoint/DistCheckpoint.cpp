@@ -7,6 +7,7 @@
 #include "mdl/Runtime/Checkpoint/Safetensors.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <set>
 
@@ -204,6 +205,37 @@ bool mdl::rt::isDistCheckpoint(const std::string &dir) {
   struct stat st;
   return ::stat((dir + "/" + kDistMetadataFile).c_str(), &st) == 0 &&
          S_ISREG(st.st_mode);
+}
+
+std::string mdl::rt::findDistCheckpoint(const std::string &path) {
+  auto holds = [](const std::string &d) {
+    struct stat st;
+    for (const std::string f : {kDistMetadataFile, "metadata.json"})
+      if (::stat((d + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        return true;
+    return false;
+  };
+  std::string dir = path;
+  while (dir.size() > 1 && dir.back() == '/')
+    dir.pop_back();
+  if (holds(dir))
+    return dir;
+  std::string text, error;
+  if (!readFile(dir + "/latest_checkpointed_iteration.txt", text, error))
+    return "";
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    text.pop_back();
+  std::string iteration;
+  if (text == "release") {
+    iteration = "release";
+  } else {
+    if (text.empty() || text.size() > 12 ||
+        text.find_first_not_of("0123456789") != std::string::npos)
+      return "";
+    iteration = std::to_string(std::stoll(text));
+    iteration = "iter_" + std::string(iteration.size() < 7 ? 7 - iteration.size() : 0, '0') + iteration;
+  }
+  return holds(dir + "/" + iteration) ? dir + "/" + iteration : "";
 }
 
 const DistEntry *DistCheckpoint::find(const std::string &key) const {

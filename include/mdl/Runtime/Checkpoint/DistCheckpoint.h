@@ -108,6 +108,13 @@ private:
 /// Whether `dir` holds a distributed checkpoint's `.metadata`.
 bool isDistCheckpoint(const std::string &dir);
 
+/// The directory of the distributed checkpoint `path` names: `path` when
+/// it holds `.metadata` or Megatron-Core's `metadata.json`, else the
+/// iteration directory (`release/`, `iter_NNNNNNN/`) that Megatron's
+/// tracker `latest_checkpointed_iteration.txt` in it names, when that one
+/// does; "" otherwise.
+std::string findDistCheckpoint(const std::string &path);
+
 /// Limits of the reader: the size of `.metadata`, and of the pickle of one
 /// item.
 constexpr uint64_t kMaxDistMetadataSize = uint64_t(1) << 30;
