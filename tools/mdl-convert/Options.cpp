@@ -72,8 +72,8 @@ Options:
                       write a backend's ranks as model.safetensors in one
                       directory per rank at the top of OUT_DIR, rather
                       than in the backend's own format (--format native);
-                      refused for a backend that keeps its ranks' files at
-                      the top (vllm: they are safetensors already)
+                      a backend that keeps its ranks' files at the top
+                      (vllm) writes those, which are safetensors already
   --iteration N       save as iteration N (iter_000000N) rather than as a
                       release
   --max-shard-size S  the largest file of an hf target or a split rank

@@ -650,20 +650,15 @@ std::optional<int> Conversion::openSources() {
     converter->restrictSources(present);
   }
   bool toHf = o.toName == "hf";
-  // A directory per rank for a backend that keeps its ranks at the top of
-  // the checkpoint would put every rank in one file.
-  if (o.safetensorsOut && !toHf && !o.adapters &&
-      to->rankDir(o.target, 0).empty()) {
-    std::string file = to->rankFile(o.target, 0);
-    if (size_t part = file.find("{part}"); part != std::string::npos)
-      file.replace(part, 6, "0");
-    return usage("--format safetensors writes a directory per rank, and " +
-                 o.toName + " keeps its ranks at the top of the checkpoint (" +
-                 file + "); its files are safetensors already");
-  }
+  // A backend that keeps its ranks' files at the top of the checkpoint has
+  // no directory per rank to put a model.safetensors in: its own files,
+  // safetensors already, are the rank's files (each rank writing a
+  // model.safetensors at the top would overwrite the others').
+  bool rankDirs = !to->rankDir(o.target, 0).empty();
   format.kind = toHf ? OutputFormat::HF
-                : o.safetensorsOut || o.adapters ? OutputFormat::RankSafetensors
-                                                 : OutputFormat::Backend;
+                : (o.safetensorsOut && rankDirs) || o.adapters
+                    ? OutputFormat::RankSafetensors
+                    : OutputFormat::Backend;
   format.maxBytes = o.maxShard;
   format.iteration = o.iteration;
   output = planOutputFiles(*to, o.target, todo, outDir, format);
