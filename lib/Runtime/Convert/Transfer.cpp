@@ -29,7 +29,19 @@ struct Seg {
   std::vector<TransferDim> dims;
   size_t elementSize = 1;
   uint64_t bytes() const { return uint64_t(s.elements) * elementSize; }
+  /// Whether its elements are one contiguous run of its source (or
+  /// destination) tensor.
+  bool run(bool source) const {
+    return dims.empty() ||
+           (dims.size() == 1 &&
+            (source ? dims.front().srcStride : dims.front().dstStride) == 1);
+  }
 };
+
+/// A run of a tensor at least this long goes in a bucket of its own, sent
+/// from or received into the tensor itself, rather than being copied into
+/// a shared bucket.
+constexpr uint64_t kOwnBucketBytes = 1 << 20;
 
 /// 64-bit FNV-1a.
 struct Digest {
@@ -527,16 +539,23 @@ void TransferBuilder::pack() {
       uint64_t group = 0;
       for (; j < segs.size() && segs[j].s.dstTensor == segs[i].s.dstTensor; ++j)
         group += segs[j].bytes();
+      bool alone = j == i + 1;
       if (used + group > cap && group <= cap)
         close();
       for (; i < j; ++i) {
         std::vector<Seg> parts;
         splitSegment(segs[i], cap, parts);
         for (Seg &p : parts) {
-          if (used + p.bytes() > cap)
+          // The one segment of a destination tensor, a long run on either
+          // side: no copy on that side.
+          bool own = alone && p.bytes() >= kOwnBucketBytes &&
+                     ((p.run(true) && p.s.shift == 0) || p.run(false));
+          if (own || used + p.bytes() > cap)
             close();
           used += p.bytes();
           current.push_back(std::move(p));
+          if (own)
+            close();
         }
       }
     }
@@ -599,13 +618,9 @@ void TransferBuilder::pack() {
     }
     if (segs.size() == 1) {
       const Seg &s = segs.front();
-      bool run = s.dims.empty() ||
-                 (s.dims.size() == 1 && s.dims.front().srcStride == 1);
-      bool runDst = s.dims.empty() ||
-                    (s.dims.size() == 1 && s.dims.front().dstStride == 1);
-      bucket.directSrc = run && s.s.shift == 0 &&
+      bucket.directSrc = s.run(true) && s.s.shift == 0 &&
                          plan.sourceType(s.s) == plan.wireType(s.s);
-      bucket.directDst = runDst;
+      bucket.directDst = s.run(false);
     }
     plan.buckets.push_back(bucket);
   }
