@@ -519,6 +519,11 @@ class Reference:
             put(attn + proj_name + ".weight", proj)
             if bias is not None:
                 put(attn + qkv_name + ".bias", bias)
+            # A row-parallel linear's bias is added once, after the
+            # reduction: every rank holds all of it (Megatron's and vLLM's
+            # RowParallelLinear).
+            if hfpre + "self_attn.o_proj.bias" in self.hf:
+                put(attn + proj_name + ".bias", self.w(hfpre + "self_attn.o_proj.bias"))
             if qk_norms:
                 put(attn + q_name + ".weight", self.w(hfpre + "self_attn.q_norm.weight"))
                 put(attn + k_name + ".weight", self.w(hfpre + "self_attn.k_norm.weight"))
