@@ -208,8 +208,22 @@ ModuleDeclOp mdl::theModel(mlir::ModuleOp top, const std::string &file) {
   if (models.empty())
     models = imported;
   if (models.size() != 1) {
-    llvm::errs() << "mdlc: error: '" << file << "' declares "
-                 << models.size() << " models; this command needs one\n";
+    // At the top of the file, or at the second model, with the others.
+    mlir::Location loc = models.empty()
+                             ? mlir::Location(mlir::FileLineColLoc::get(
+                                   top.getContext(), file, 1, 1))
+                             : models[1].getLoc();
+    mlir::InFlightDiagnostic diag = mlir::emitError(loc);
+    if (models.empty())
+      diag << "'" << file << "' declares no model, nor imports one; this "
+           << "command needs one";
+    else
+      diag << "'" << file << "' declares " << models.size()
+           << " models; this command needs one";
+    for (size_t i = 0; i < models.size(); ++i)
+      if (i != 1)
+        diag.attachNote(models[i].getLoc())
+            << "model '" << models[i].getSymName() << "'";
     return {};
   }
   return models.front();

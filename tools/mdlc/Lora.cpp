@@ -19,10 +19,12 @@ int mdl::runLora(const Options &options, mlir::ModuleOp top,
                  mlir::MLIRContext &context) {
   // The modules the backend builds with LoRA enabled.
   Options withLora = options;
-  if (ModuleDeclOp model = theModel(top, options.files.front()))
-    if (std::unique_ptr<SpecDecls> decls = SpecDecls::build(model))
-      if (const rt::BackendDecl *b = decls->backend(options.backends.front()))
-        rt::selectLoraModules(b->choices, withLora.choices);
+  ModuleDeclOp model = theModel(top, options.files.front());
+  if (!model)
+    return 1;
+  if (std::unique_ptr<SpecDecls> decls = SpecDecls::build(model))
+    if (const rt::BackendDecl *b = decls->backend(options.backends.front()))
+      rt::selectLoraModules(b->choices, withLora.choices);
   BoundSpec spec = bindSpec(withLora, top, context, options.backends.front());
   if (!spec.binding)
     return 1;
