@@ -74,6 +74,9 @@ Options:
                       than in the backend's own format (--format native);
                       a backend that keeps its ranks' files at the top
                       (vllm) writes those, which are safetensors already
+  --format torch_dist write Megatron-Core's distributed checkpoint (with
+                      the layout of backend B_dist for --to B: mcore-te's
+                      is mcore_te_dist); --from B reads one as such
   --iteration N       save as iteration N (iter_000000N) rather than as a
                       release
   --max-shard-size S  the largest file of an hf target or a split rank
@@ -161,8 +164,11 @@ cli::Parsed convert::parseCommandLine(int argc, char **argv, Options &o) {
           }),
       cli::nonEmptyOption("--config", "a file",
                           [&](const std::string &v) { o.configGiven = v; }),
-      cli::choiceOption("--format", {"safetensors", "native"},
-                        [&](size_t i) { o.safetensorsOut = i == 0; }),
+      cli::choiceOption("--format", {"safetensors", "native", "torch_dist"},
+                        [&](size_t i) {
+                          o.safetensorsOut = i == 0;
+                          o.distOut = i == 2;
+                        }),
       cli::valueOption({"--iteration"},
                        [&](const std::string &v) -> Result {
                          if (v.empty())

@@ -42,6 +42,8 @@ struct Options {
   bool directIO = true;
   /// --format safetensors.
   bool safetensorsOut = false;
+  /// --format torch_dist: Megatron's distributed checkpoint.
+  bool distOut = false;
   /// --overwrite: OUT_DIR may hold files already.
   bool overwrite = false;
   int64_t iteration = -1;

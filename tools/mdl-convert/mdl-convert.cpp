@@ -102,6 +102,35 @@ bool exists(const std::string &p) {
   return stat(p.c_str(), &st) == 0;
 }
 
+/// What Megatron-Core checks of a checkpoint's args when it loads one:
+/// num_layers (the staged stack's), hidden_size and num_attention_heads
+/// (the HF config's, nested under text_config or not), at tp = pp = 1.
+std::vector<std::pair<std::string, int64_t>>
+megatronArgs(const std::string &configPath, const ModelLayout &m) {
+  std::vector<std::pair<std::string, int64_t>> out = {
+      {"num_layers", m.stagedLayers}};
+  std::string text, error;
+  json::ParseError perr;
+  std::optional<json::Value> config;
+  if (rt::readFile(configPath, text, error))
+    config = json::parse(text, perr);
+  if (config && config->kind() == json::Value::Object) {
+    const json::Value *nested = config->get("text_config");
+    for (const char *key : {"hidden_size", "num_attention_heads"}) {
+      const json::Value *v =
+          nested && nested->kind() == json::Value::Object ? nested->get(key)
+                                                          : nullptr;
+      if (!v)
+        v = config->get(key);
+      if (v && v->kind() == json::Value::Int)
+        out.push_back({key, v->asInt()});
+    }
+  }
+  out.push_back({"tensor_model_parallel_size", 1});
+  out.push_back({"pipeline_model_parallel_size", 1});
+  return out;
+}
+
 bool readFile(const std::string &path, std::string &out) {
   std::string error;
   return rt::readFile(path, out, error);
@@ -395,6 +424,13 @@ std::optional<int> Conversion::findLayouts() {
                             "reading it as %s\n",
                    inDir.c_str(), o.fromName.c_str());
   }
+  if (o.distOut) {
+    if (o.toName == "hf" || !backendDecl(o.toName + "_dist"))
+      return fail("--format torch_dist: backend " + o.toName +
+                  " has no distributed checkpoint layout (no backend " +
+                  o.toName + "_dist)");
+    o.toName += "_dist";
+  }
   fromDecl = backendDecl(o.fromName);
   toDecl = backendDecl(o.toName);
   if (!fromDecl || !toDecl) {
@@ -662,6 +698,8 @@ std::optional<int> Conversion::openSources() {
   format.maxBytes = o.maxShard;
   format.iteration = o.iteration;
   output = planOutputFiles(*to, o.target, todo, outDir, format);
+  if (o.distOut)
+    output.commonArgs = megatronArgs(configPath, to->layout());
   if (shared && !o.adapters)
     output.files = shareOfFiles(output.files);
   std::set<int64_t> needed;
@@ -795,7 +833,8 @@ std::optional<int> Conversion::writeRanks() {
         },
         [&](size_t i) { cleanup.files.push_back(output.files[i].path); },
         [&](size_t i) {
-          return makeRankWriter(output.files[i].path, output, o.target);
+          return makeRankWriter(output.files[i].path, output, o.target,
+                                to.get(), output.files[i].rank);
         });
     if (!done) {
       reporter->finish(last, error);

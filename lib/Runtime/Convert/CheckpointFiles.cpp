@@ -1,6 +1,8 @@
 //===- CheckpointFiles.cpp - The files of a checkpoint directory ----------===//
 
 #include "mdl/Runtime/Convert/CheckpointFiles.h"
+#include "mdl/Runtime/Checkpoint/DistCheckpoint.h"
+#include "mdl/Runtime/Convert/DistCheckpointWriter.h"
 #include "mdl/Runtime/Convert/SafetensorsWriter.h"
 #include "mdl/Runtime/Convert/TorchCheckpointWriter.h"
 
@@ -212,9 +214,46 @@ OutputFiles mdl::rt::planOutputFiles(const Binding &to,
   return out;
 }
 
+size_t mdl::rt::leadingAxes(const ModelLayout &m, const RankTensor &t) {
+  size_t rank = t.shape.size();
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t k = rank; k-- > 1;)
+    stride[k - 1] = stride[k] * t.shape[k];
+  size_t k = 0;
+  for (; k + 1 < rank; ++k) {
+    // The atoms that run along axis k: none (a stacked layer's index is
+    // its box's place), or the expert dimension alone.
+    bool ok = true;
+    for (const Piece &p : t.pieces) {
+      const Param &param = m.params[size_t(p.param)];
+      for (size_t a = 0; a < p.lo.size() && ok; ++a)
+        if (p.count[a] > 1 && p.stride[a] >= stride[k] &&
+            (k == 0 || p.stride[a] < stride[k - 1]))
+          ok = !param.expert.empty() && param.atoms[a] == param.expert &&
+               p.stride[a] == stride[k];
+      if (!ok)
+        break;
+    }
+    if (!ok)
+      break;
+  }
+  return k;
+}
+
 std::unique_ptr<TensorFileWriter>
 mdl::rt::makeRankWriter(const std::string &path, const OutputFiles &files,
-                        const ParallelConfig &config) {
+                        const ParallelConfig &config, const Binding *to,
+                        int64_t rank) {
+  if (endsWith(path, std::string("/") + kDistMetadataFile)) {
+    auto w = std::make_unique<DistCheckpointWriter>();
+    if (to)
+      for (const RankTensor &t : to->rankTensors(config, rank))
+        w->setLeadingAxes(t.name, leadingAxes(to->layout(), t));
+    w->setIteration(files.iteration);
+    for (const auto &[key, value] : files.commonArgs)
+      w->setArg(key, value);
+    return w;
+  }
   if (!endsWith(path, ".pt"))
     return std::make_unique<SafetensorsWriter>();
   auto w = std::make_unique<TorchCheckpointWriter>();

@@ -1,6 +1,7 @@
 //===- TorchCheckpointWriter.cpp - PyTorch zip checkpoints, written -------===//
 
 #include "mdl/Runtime/Convert/TorchCheckpointWriter.h"
+#include "Convert/PickleOut.h"
 #include "mdl/Runtime/Checkpoint/TorchCheckpoint.h"
 #include "mdl/Runtime/Checkpoint/Zip.h"
 
@@ -11,6 +12,7 @@
 
 using namespace mdl;
 using namespace mdl::rt;
+using mdl::rt::detail::PickleOut;
 
 namespace {
 
@@ -23,72 +25,6 @@ std::string archiveName(const std::string &path) {
   base = base.substr(0, dot);
   return base.empty() ? "archive" : base;
 }
-
-//===----------------------------------------------------------------------===//
-// Pickle writing (protocol 2)
-//===----------------------------------------------------------------------===//
-
-class PickleOut {
-public:
-  std::string bytes = std::string("\x80\x02", 2);
-
-  void op(char c) { bytes += c; }
-  void integer(int64_t v) {
-    if (v >= 0 && v < 256) {
-      bytes += 'K';
-      bytes += char(v);
-    } else if (v >= 0 && v < 65536) {
-      bytes += 'M';
-      raw(uint64_t(v), 2);
-    } else if (v >= std::numeric_limits<int32_t>::min() &&
-               v <= std::numeric_limits<int32_t>::max()) {
-      bytes += 'J';
-      raw(uint64_t(uint32_t(int32_t(v))), 4);
-    } else {
-      bytes += '\x8a'; // LONG1: 8 bytes, two's complement
-      bytes += char(8);
-      raw(uint64_t(v), 8);
-    }
-  }
-  void string(std::string_view s) {
-    bytes += 'X';
-    raw(s.size(), 4);
-    bytes += s;
-  }
-  void global(std::string_view module, std::string_view name) {
-    bytes += 'c';
-    bytes += module;
-    bytes += '\n';
-    bytes += name;
-    bytes += '\n';
-  }
-  void tuple(const std::vector<int64_t> &items) {
-    if (items.empty()) {
-      op(')');
-      return;
-    }
-    if (items.size() > 3)
-      op('(');
-    for (int64_t v : items)
-      integer(v);
-    op(items.size() == 1   ? '\x85'
-       : items.size() == 2 ? '\x86'
-       : items.size() == 3 ? '\x87'
-                           : 't');
-  }
-  void orderedDict() {
-    global("collections", "OrderedDict");
-    op(')');
-    op('R');
-  }
-
-private:
-  void raw(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i)
-      bytes += char((v >> (8 * i)) & 0xff);
-  }
-};
-
 
 } // namespace
 

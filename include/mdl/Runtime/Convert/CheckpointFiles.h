@@ -90,6 +90,9 @@ struct OutputFiles {
   std::string tracker, trackerText;
   /// The iteration the rank files record (0 for a release).
   int64_t iteration = 0;
+  /// Entries of a distributed checkpoint's common.pt args (Megatron's
+  /// num_layers, hidden_size, num_attention_heads).
+  std::vector<std::pair<std::string, int64_t>> commonArgs;
 };
 
 /// The files of target ranks `ranks` of `to` at `config` under `outDir`,
@@ -100,12 +103,22 @@ OutputFiles planOutputFiles(const Binding &to, const ParallelConfig &config,
                             const OutputFormat &format);
 
 /// The writer of rank file `path` of `files` for `config`: a
-/// TorchCheckpointWriter for `.pt` files (state dict `model`, or `model0`,
+/// DistCheckpointWriter for a distributed checkpoint's `.metadata` (each
+/// tensor of rank `rank` of `to` cut into a chunk per index of its leading
+/// layer and expert axes: leadingAxes()), a TorchCheckpointWriter for `.pt`
+/// files (state dict `model`, or `model0`,
 /// `model1`, ... with vpp > 1, `checkpoint_version` and `iteration`, as
 /// Megatron saves them), else a SafetensorsWriter.
-std::unique_ptr<TensorFileWriter> makeRankWriter(const std::string &path,
-                                                 const OutputFiles &files,
-                                                 const ParallelConfig &config);
+std::unique_ptr<TensorFileWriter>
+makeRankWriter(const std::string &path, const OutputFiles &files,
+               const ParallelConfig &config, const Binding *to = nullptr,
+               int64_t rank = 0);
+
+/// How many leading axes of tensor `t` index layers or experts: axes no
+/// box of the tensor runs along, or only an expert dimension runs along
+/// (never the last axis). A distributed checkpoint stores a chunk per index
+/// of them.
+size_t leadingAxes(const ModelLayout &m, const RankTensor &t);
 
 /// The rank files of a backend checkpoint.
 struct SourceFiles {
