@@ -40,7 +40,7 @@ struct Seg {
 
 /// A run of a tensor at least this long goes in a bucket of its own, sent
 /// from or received into the tensor itself, rather than being copied into
-/// a shared bucket.
+/// a shared bucket (so a destination tensor may span several buckets).
 constexpr uint64_t kOwnBucketBytes = 1 << 20;
 
 /// 64-bit FNV-1a.
@@ -520,7 +520,8 @@ static void splitSegment(const Seg &s, uint64_t cap, std::vector<Seg> &out) {
 void TransferBuilder::pack() {
   uint64_t cap = options.bucketBytes;
   // Each link's segments, a destination tensor at a time, into buckets:
-  // a tensor that fits in a bucket is not split across two.
+  // a tensor that fits in a bucket is not split across two, but for its
+  // long runs, which go alone.
   std::vector<std::vector<Seg>> buckets;
   std::vector<std::pair<int32_t, int32_t>> owners;
   for (auto &[link, segs] : links) {
@@ -539,16 +540,14 @@ void TransferBuilder::pack() {
       uint64_t group = 0;
       for (; j < segs.size() && segs[j].s.dstTensor == segs[i].s.dstTensor; ++j)
         group += segs[j].bytes();
-      bool alone = j == i + 1;
       if (used + group > cap && group <= cap)
         close();
       for (; i < j; ++i) {
         std::vector<Seg> parts;
         splitSegment(segs[i], cap, parts);
         for (Seg &p : parts) {
-          // The one segment of a destination tensor, a long run on either
-          // side: no copy on that side.
-          bool own = alone && p.bytes() >= kOwnBucketBytes &&
+          // A long run on either side: no copy on that side.
+          bool own = p.bytes() >= kOwnBucketBytes &&
                      ((p.run(true) && p.s.shift == 0) || p.run(false));
           if (own || used + p.bytes() > cap)
             close();
