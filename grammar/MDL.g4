@@ -174,6 +174,7 @@ partShape
   ;
 tensorOption
   : 'copy' ('(' expr ')')?                    # copyOption
+  | 'zero'                                    # zeroOption
   | 'offset' '(' expr ')'                     # offsetOption
   | 'as' dtypeName                            # dtypeOption
   | 'view' '[' expr (',' expr)* ']'           # viewOption
@@ -236,7 +237,7 @@ name
   | 'derived' | 'recompute' | 'fallback' | 'example' | 'mesh' | 'class'
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'scale' | 'pipeline' | 'extends'
-  | 'from' | 'dtype' | 'choice' | 'deploy' | 'detect' | 'buffer'
+  | 'from' | 'dtype' | 'choice' | 'deploy' | 'detect' | 'buffer' | 'zero'
   ;
 
 INT     : [0-9]+ ;

@@ -474,6 +474,9 @@ void Dumper::decl(const Decl *d) {
             if (o.value)
               wrapped("(", o.value.get(), ")");
             break;
+          case TensorOption::Zero:
+            os << " zero";
+            break;
           case TensorOption::Offset:
             wrapped(" offset(", o.value.get(), ")");
             break;

@@ -394,6 +394,7 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
       if (auto s = t.getForStack())
         d.forStack = s->str();
       d.copy = t.getCopy();
+      d.zero = t.getZero();
       d.copyIf = fnOrNone(t.getCopyIf());
       if (auto o = t.getOffset())
         d.offset = int64_t(*o);

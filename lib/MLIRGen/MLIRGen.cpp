@@ -652,7 +652,7 @@ void Generator::layout(const LayoutDecl *d) {
       if (t->tensor.param)
         param = builder.getStringAttr(t->tensor.param->str());
       auto layoutAttr = LayoutAttr::get(&ctx, param, builder.getArrayAttr(axes));
-      bool copy = false;
+      bool copy = false, zero = false;
       const Expr *copyIf = nullptr;
       mlir::IntegerAttr offset, split;
       ElementTypeAttr stored;
@@ -666,6 +666,9 @@ void Generator::layout(const LayoutDecl *d) {
             copyIf = o.value.get();
           else
             copy = true;
+          break;
+        case TensorOption::Zero:
+          zero = true;
           break;
         case TensorOption::Offset: {
           // Sema made offsets integer expressions; they must be literals.
@@ -704,7 +707,7 @@ void Generator::layout(const LayoutDecl *d) {
         forStack = mlir::FlatSymbolRefAttr::get(&ctx, t->forStack->name);
         blockArgs.push_back({t->forVar->name, i64()});
       }
-      auto op = builder.create<TensorOp>(l, name, layoutAttr, forStack, copy,
+      auto op = builder.create<TensorOp>(l, name, layoutAttr, forStack, copy, zero,
                                          offset, stored, split, splitBy, on,
                                          /*reads_context=*/false,
                                          /*view_axes=*/mlir::ArrayAttr());

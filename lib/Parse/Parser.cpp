@@ -802,6 +802,8 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
         opt.kind = TensorOption::Copy;
         if (c->expr())
           opt.value = expr(c->expr());
+      } else if (dynamic_cast<P::ZeroOptionContext *>(o)) {
+        opt.kind = TensorOption::Zero;
       } else if (auto *off = dynamic_cast<P::OffsetOptionContext *>(o)) {
         opt.kind = TensorOption::Offset;
         opt.value = expr(off->expr());

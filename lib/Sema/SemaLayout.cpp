@@ -185,9 +185,20 @@ void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
       diag.attachNote(loc(p.loc)) << "for this parameter";
     }
 
+  const TensorOption *copy = nullptr, *zero = nullptr;
   for (const TensorOption &o : e.options) {
     switch (o.kind) {
+    case TensorOption::Zero:
+      if (copy)
+        error(o.range.Start) << "a tensor of zeros is no copy: 'zero' and "
+                                "'copy' exclude each other";
+      zero = &o;
+      break;
     case TensorOption::Copy:
+      if (zero)
+        error(o.range.Start) << "a tensor of zeros is no copy: 'zero' and "
+                                "'copy' exclude each other";
+      copy = &o;
       if (o.value)
         expect(o.value.get(), env, Type::get(Type::Bool), "a copy condition");
       break;

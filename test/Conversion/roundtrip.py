@@ -15,6 +15,7 @@ the weights dequantized, so from there HF gets the dequantized checkpoint
 
   roundtrip.py --mdlc MDLC --convert MDL_CONVERT --spec SPEC --model M
                --config CONFIG.json --work DIR [--storage per_expert|packed]
+               [--reference SCRIPT]
 """
 import argparse
 import itertools
@@ -125,6 +126,8 @@ def main():
     ap.add_argument("--backends", default="mcore_te,mcore_local,vllm")
     ap.add_argument("--convert-flags", default="",
                     help="options added to every mdl-convert run")
+    ap.add_argument("--reference", default="reference.py",
+                    help="the reference script, in this directory")
     args = ap.parse_args()
     convert = [args.convert] + args.convert_flags.split()
 
@@ -163,7 +166,7 @@ def main():
                 failures.append("%s: hf -> backend failed: %s" % (where, r.stderr.strip()))
                 continue
             converted += 1
-            ref = run([sys.executable, os.path.join(HERE, "reference.py"), hf, out,
+            ref = run([sys.executable, os.path.join(HERE, args.reference), hf, out,
                        "--model", args.model, "--backend", backend, "--tp", str(tp),
                        "--pp", str(pp), "--ep", str(ep), "--etp", str(etp)])
             if ref.returncode:

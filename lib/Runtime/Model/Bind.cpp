@@ -456,6 +456,7 @@ private:
           const TensorSpec &t = m.tensors[size_t(i)];
           if (tensorParams(t).empty() || wholeShape(t) != shape ||
               dtypeOf(t) != dtypeOf(first) || t.copy != first.copy ||
+              t.zero != first.zero ||
               t.offset != first.offset || t.dequantized != first.dequantized ||
               bool(t.when) != bool(first.when) ||
               t.splitAxis != first.splitAxis)
@@ -498,6 +499,7 @@ private:
       TensorSpec t;
       t.name = g.name;
       t.copy = first.copy;
+      t.zero = first.zero;
       t.offset = first.offset;
       t.dequantized = first.dequantized;
       t.stored = first.stored;
@@ -670,7 +672,8 @@ private:
     }
     if (dropped)
       return;
-    t.copy = d.copy;
+    t.copy = d.copy || d.zero;
+    t.zero = d.zero;
     if (d.copyIf)
       t.copy = at(d.where, [&] {
                  return evalOne(node, d.copyIf, {}, nullptr, choices.get(),

@@ -220,7 +220,8 @@ public:
   }
 
   void addTensor(const TensorSpec &t) {
-    out << 'T' << (t.copy ? "c" : "") << (t.dequantized ? "q" : "") << t.offset
+    out << 'T' << (t.copy ? "c" : "") << (t.zero ? "z" : "")
+        << (t.dequantized ? "q" : "") << t.offset
         << ':' << (t.stored ? specName(*t.stored) : "") << ':' << param(t.param)
         << '[';
     // The element's own index, staged or spelled out, is left out.
@@ -424,7 +425,10 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
         checkSplit(planner, lt, problems);
       }
       for (const Piece &pc : lt.pieces) {
-        if (t.copy) {
+        // A zero tensor stands in for its slices on this rank (the
+        // framework adds them once, from another rank): it covers them
+        // here, though nothing is read from it.
+        if (t.copy && !t.zero) {
           anyCopy[pc.param] = true;
           continue;
         }

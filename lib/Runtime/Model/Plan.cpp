@@ -690,7 +690,9 @@ std::vector<RankTensor> mdl::rt::rankTensors(const Planner &planner,
         t.copy = m.tensors[lt.spec].copy;
         t.offset = m.tensors[lt.spec].offset;
         t.dequantized = m.tensors[lt.spec].dequantized;
-        t.pieces = lt.memberPieces(m, i);
+        // A zero tensor holds no slice: it is written as zeros.
+        if (!m.tensors[lt.spec].zero)
+          t.pieces = lt.memberPieces(m, i);
         out.push_back(std::move(t));
       }
   }

@@ -47,6 +47,8 @@ static json::Value tensorJson(const ModelLayout &m, const LocalTensor &t,
     jt.set("chunk", json::Value::integer(ctx.chunk));
   if (spec.copy)
     jt.set("copy", json::Value::boolean(true));
+  if (spec.zero)
+    jt.set("zero", json::Value::boolean(true));
   if (!t.families.empty()) {
     json::Value families = json::Value::object();
     for (const auto &[atom, extent] : t.families)

@@ -458,6 +458,8 @@ void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
       os << "      t.forStack = " << quote(t.forStack) << ";\n";
     if (t.copy)
       os << "      t.copy = true;\n";
+    if (t.zero)
+      os << "      t.zero = true;\n";
     if (t.copyIf)
       os << "      t.copyIf = " << call(t.copyIf) << ";\n";
     if (t.offset)

@@ -262,7 +262,8 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
   let description = [{
     `name` is a template: strings, family dimensions (`@E`: one tensor per
     index) and integers (the n-th value yielded by `nameArgs`). The options
-    are those of the `.mdl` entry: `copy`, `offset`, `stored` (dtype),
+    are those of the `.mdl` entry: `copy`, `zero` (zeros on the ranks
+    that hold it: written, never read), `offset`, `stored` (dtype),
     `view` (sizes yielded by `view`), `split` (an axis split evenly by
     `split_by`), `on` (first or last stage); `copyIf` makes the tensor a
     copy only where it holds. With `for_stack`, there is one tensor per
@@ -274,7 +275,8 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
   }];
   let arguments = (ins ArrayAttr:$name, MDL_LayoutAttr:$layout,
                        OptionalAttr<FlatSymbolRefAttr>:$for_stack,
-                       UnitAttr:$copy, OptionalAttr<I64Attr>:$offset,
+                       UnitAttr:$copy, UnitAttr:$zero,
+                       OptionalAttr<I64Attr>:$offset,
                        OptionalAttr<MDL_ElementTypeAttr>:$stored,
                        OptionalAttr<I64Attr>:$split,
                        OptionalAttr<MDL_MeshAxisKindAttr>:$split_by,
@@ -285,7 +287,7 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
   let regions = (region AnyRegion:$nameArgs, AnyRegion:$view,
                         AnyRegion:$copyIf, AnyRegion:$when);
   let assemblyFormat = [{
-    $name (`for` $for_stack^)? `=` $layout (`copy` $copy^)? (`offset` $offset^)?
+    $name (`for` $for_stack^)? `=` $layout (`copy` $copy^)? (`zero` $zero^)? (`offset` $offset^)?
     (`stored` $stored^)? (`split` $split^)? (`by` $split_by^)? (`on` $on^)?
     (`args` $nameArgs^)? (`view` $view^)? (`view_axes` $view_axes^)?
     (`copy_if` $copyIf^)?

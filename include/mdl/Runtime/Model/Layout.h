@@ -128,6 +128,11 @@ struct TensorSpec {
   /// A duplicate of a parameter held by another tensor (tied heads, MTP
   /// copies): written on export, not counted for coverage.
   bool copy = false;
+  /// The tensor holds zeros where it exists (a bias a framework adds once
+  /// after a reduction, kept by one rank and zeroed on the others): written
+  /// as zeros, never read, not counted for coverage. A zero tensor is also
+  /// a `copy`.
+  bool zero = false;
   /// Stored value = logical value + offset (zero-centred norms).
   int64_t offset = 0;
   /// The tensor holds FP8 block-quantized weights dequantized (value times

@@ -193,6 +193,8 @@ struct TensorDecl {
   std::vector<std::vector<TermDecl>> axes;
   std::string forStack;
   bool copy = false;
+  /// Zeros wherever it exists: written, never read (see TensorSpec::zero).
+  bool zero = false;
   Expr copyIf = nullptr;
   int64_t offset = 0;
   std::optional<DType> stored;
