@@ -90,6 +90,11 @@ Options:
                       the same names are replaced, others left as they
                       are); without it, an OUT_DIR that holds anything is
                       refused
+  --replace-copies    accept that a tensor of the source the layout has as
+                      a copy of another (an MTP layer's embed_tokens or
+                      shared_head.head in an HF checkpoint) but that
+                      differs from it is replaced by that other; without
+                      it, such a source is refused, naming both tensors
   --dry-run           check the source as the conversion does, then print
                       what each target rank would hold (directory, name,
                       shape, dtype) and write nothing
@@ -197,6 +202,7 @@ cli::Parsed convert::parseCommandLine(int argc, char **argv, Options &o) {
                         }),
       cli::flag({"--dry-run"}, o.dryRun),
       cli::flag({"--overwrite"}, o.overwrite),
+      cli::flag({"--replace-copies"}, o.replaceCopies),
       cli::choiceOption("--io", {"direct", "buffered"},
                         [&](size_t i) { o.directIO = i == 0; }),
       // Read by main(), which starts the processes.

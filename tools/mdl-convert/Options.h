@@ -46,6 +46,9 @@ struct Options {
   bool distOut = false;
   /// --overwrite: OUT_DIR may hold files already.
   bool overwrite = false;
+  /// --replace-copies: a source's copy tensor that differs from what it
+  /// copies is replaced by it, not refused.
+  bool replaceCopies = false;
   int64_t iteration = -1;
   /// --config, "" for IN_DIR/config.json.
   std::string configGiven;

@@ -727,6 +727,10 @@ std::optional<int> Conversion::openSources() {
                                   : std::set<std::string>()))
       return fail(error);
   }
+  // A copy that differs from what it copies would be lost without a word.
+  if (!o.replaceCopies)
+    if (std::optional<std::string> differs = converter->differingCopy())
+      return fail(*differs);
   return std::nullopt;
 }
 

@@ -336,9 +336,13 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
               shapeText(t.shape) + " " + std::string(safetensorsName(t.dtype));
       return false;
     }
+    const uint8_t *data = ckpt->data(*ref);
+    if (data)
+      (t.copy ? copies : copied)
+          .push_back({rank, ckpt.get(), &ref->info->name, data,
+                      ref->info->numBytes(), t.dtype, t.offset, t.pieces});
     if (t.copy)
       continue;
-    const uint8_t *data = ckpt->data(*ref);
     // A distributed checkpoint's tensor is read from its chunks: each box
     // cut into the parts its chunks hold.
     const std::vector<Checkpoint::Chunk> *chunks = ckpt->chunks(*ref);
@@ -389,6 +393,39 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
     }
   keep.push_back(std::move(ckpt));
   return true;
+}
+
+std::optional<std::string> Converter::differingCopy() const {
+  auto sameBoxes = [](const std::vector<Piece> &a,
+                      const std::vector<Piece> &b) {
+    if (a.size() != b.size())
+      return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].param != b[i].param || a[i].lo != b[i].lo ||
+          a[i].count != b[i].count || a[i].stride != b[i].stride ||
+          a[i].base != b[i].base)
+        return false;
+    return true;
+  };
+  for (const HeldTensor &c : copies)
+    for (const HeldTensor &t : copied) {
+      if (t.bytes != c.bytes || t.dtype != c.dtype || t.offset != c.offset ||
+          !sameBoxes(t.pieces, c.pieces))
+        continue;
+      if (std::memcmp(t.data, c.data, c.bytes) == 0)
+        break;
+      std::string where =
+          c.checkpoint == t.checkpoint
+              ? " of " + rankCheckpointText(c.rank, *c.checkpoint)
+              : " (of " + rankCheckpointText(c.rank, *c.checkpoint) + " and " +
+                    rankCheckpointText(t.rank, *t.checkpoint) + ")";
+      return "tensors '" + *c.name + "' and '" + *t.name + "'" + where +
+             " differ, but " + from.layout().model + " on " +
+             from.layout().backend + " has the first as a copy of the " +
+             "second: the conversion would write '" + *t.name +
+             "' in its place (--replace-copies accepts that)";
+    }
+  return std::nullopt;
 }
 
 std::vector<int64_t>

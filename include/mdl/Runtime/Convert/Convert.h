@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,6 +46,12 @@ public:
   bool addSource(int64_t rank, std::shared_ptr<Checkpoint> checkpoint,
                  std::string &error,
                  const std::set<std::string> &dropped = {});
+  /// A copy tensor of the sources (an MTP layer's copy of the embedding or
+  /// the head) whose bytes differ from those of the tensor it copies, held
+  /// alike: what a conversion would replace by the copied tensor, as a
+  /// message naming both; nothing when every copy is equal (or held in
+  /// another way, and not compared). Reads the copies' data.
+  std::optional<std::string> differingCopy() const;
   /// The number of worker threads writeRank() uses (by default the CPUs
   /// this process may use: usableCpus()).
   void setThreads(unsigned n);
@@ -131,6 +138,19 @@ public:
                 const std::set<std::string> *onlyParams = nullptr) const;
 
 private:
+  /// A source tensor with data, for comparing copies with what they copy.
+  struct HeldTensor {
+    int64_t rank = 0;
+    const Checkpoint *checkpoint = nullptr;
+    const std::string *name = nullptr;
+    const uint8_t *data = nullptr;
+    uint64_t bytes = 0;
+    DType dtype = DType::BF16;
+    int64_t offset = 0;
+    std::vector<Piece> pieces;
+  };
+  std::vector<HeldTensor> copies, copied;
+
   struct View {
     const uint8_t *data = nullptr;
     uint64_t bytes = 0; // of the source tensor
