@@ -37,7 +37,13 @@ for name in "${names[@]}"; do
   corpus="$build/fuzz/corpus-$name"
   mkdir -p "$corpus"
   echo "== fuzzing $name for ${seconds}s"
+  # Tokens that lead to the kinds of bad input found before.
+  dict=()
+  if [ -f "test/Fuzz/dict/$name.dict" ]; then
+    dict=(-dict="$PWD/test/Fuzz/dict/$name.dict")
+  fi
   if ! "$build/fuzz/mdl-fuzz-$name" "$corpus" "$PWD/test/Fuzz/corpus/$name" \
+      "${dict[@]}" \
       -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 \
       -detect_leaks=0 -close_fd_mask=2 -print_final_stats=0 \
       -artifact_prefix="$build/fuzz/crash-$name-" \
