@@ -362,12 +362,12 @@ private:
     for (size_t k = end; k-- > 1;)
       if (items[k].breakBefore >= 0)
         choose(k, rest, best[k], next[k]);
-    long cost;
-    size_t cut;
-    choose(0, first, cost, cut);
+    // A line of nothing but trailing comments has nothing to break.
+    long cost = 0;
+    size_t cut = 0;
+    if (end > 0)
+      choose(0, first, cost, cut);
     size_t start = 0, indent = first;
-    if (end == 0)
-      cut = 0;
     while (true) {
       std::string line(indent, ' ');
       size_t last = cut == end ? items.size() : cut;
