@@ -12,6 +12,7 @@
 
 #include "mdl/Runtime/Convert/Adapter.h"
 #include "mdl/Runtime/Checkpoint/Checkpoint.h"
+#include "mdl/Runtime/Checkpoint/DistCheckpoint.h"
 #include "mdl/Runtime/Convert/CheckpointFiles.h"
 #include "mdl/Runtime/Base/Cli.h"
 #include "mdl/Runtime/Convert/Convert.h"
@@ -542,6 +543,9 @@ private:
       } else if (cli::normalizeBackendName(from) == "hf" && hfCheckpoint) {
         ckpt = hfCheckpoint;
         skip = dropped;
+      } else if (distCheckpoint &&
+                 cli::normalizeBackendName(from) == distBackend) {
+        ckpt = distCheckpoint;
       } else {
         throw Error("the tensors of source rank " + std::to_string(s) + " of " +
                     name_() + " on " + from + " at " + fromConfig.str() +
@@ -552,6 +556,26 @@ private:
     }
   }
 
+public:
+  /// Reads the tensors of `backend` (a distributed checkpoint's layout,
+  /// mcore_te_dist) from the distributed checkpoint `dir` names: its
+  /// directory, or the top of a checkpoint whose tracker names it.
+  void openDist(const std::string &dir, const std::string &backend) {
+    std::string found = findDistCheckpoint(dir), error;
+    if (found.empty())
+      throw Error("'" + dir + "' is not a distributed checkpoint: it has no "
+                  ".metadata or metadata.json, nor a tracker naming a "
+                  "directory that has one");
+    std::shared_ptr<Checkpoint> c = Checkpoint::open(found, error);
+    if (!c)
+      throw Error(error);
+    distCheckpoint = std::move(c);
+    distBackend = cli::normalizeBackendName(backend);
+  }
+
+private:
+  std::shared_ptr<Checkpoint> distCheckpoint;
+  std::string distBackend;
   const Generated *unit = nullptr;
   std::vector<std::string> backendNames;
   std::string configPath;
@@ -606,6 +630,7 @@ PYBIND11_MODULE(_mdl, m) {
   m.def("models", &models);
   m.def("parallel_text", [](const ParallelConfig &c) { return c.str(); });
   m.def("num_ranks", [](const ParallelConfig &c) { return numRanks(c); });
+  m.def("find_dist_checkpoint", &findDistCheckpoint);
   py::class_<PyModel>(m, "Model")
       .def(py::init<const std::string &, std::string,
                     const std::vector<std::pair<std::string, std::string>> &,
@@ -623,6 +648,7 @@ PYBIND11_MODULE(_mdl, m) {
       .def("rank_tensors", &PyModel::rankTensors)
       .def("sources_of", &PyModel::sourcesOf)
       .def("convert", &PyModel::convert)
+      .def("open_dist", &PyModel::openDist)
       .def("planned_copies", &PyModel::plannedCopies)
       .def("save_hf", &PyModel::saveHf)
       .def("derived", &PyModel::derived)

@@ -414,3 +414,28 @@ for name, a in back.items():
     for name, digest in lines.items():
         assert hashlib.sha256(original[name][1].tobytes()).hexdigest() == \
             digest, name
+
+
+def test_torch_dist_source(hf, tmp_path):
+    """A Megatron-Core distributed checkpoint (mdl-convert --format
+    torch_dist) as the source of load_rank and SyncPlan: vLLM's ranks equal
+    those loaded from the HF checkpoint, byte for byte."""
+    hf_dir, _ = hf["qwen3_moe"]
+    dist = str(tmp_path / "dist")
+    subprocess.run([CONVERT, "--quiet", "--from", "hf", "--to", "mcore-te",
+                    "--format", "torch_dist", hf_dir, dist], check=True)
+    plan = mdl.SyncPlan(config=os.path.join(hf_dir, "config.json"), src=dist,
+                        dst=("vllm", {"tp": 2}))
+    assert plan.sources(0) == [0]
+    for r in (0, 1):
+        want = mdl.load_rank(hf_dir, "vllm", rank=r, tp=2)
+        for got in (mdl.load_rank(dist, "vllm", rank=r, tp=2),
+                    mdl.load_rank(os.path.join(dist, "release"), "vllm", rank=r,
+                                  tp=2, config=os.path.join(hf_dir, "config.json")),
+                    plan.apply(None, r)):
+            assert sorted(got) == sorted(want)
+            for name in want:
+                assert as_bytes(got[name]) == as_bytes(want[name]), name
+    with pytest.raises(mdl.Error, match="is not a distributed checkpoint"):
+        mdl.SyncPlan(config=os.path.join(hf_dir, "config.json"), src=hf_dir,
+                     dst=("vllm", {"tp": 2}))

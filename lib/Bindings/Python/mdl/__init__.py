@@ -292,12 +292,33 @@ def _known_params(model, params):
     return params
 
 
+#: The layout Megatron-Core's distributed checkpoints (torch_dist) of a
+#: Transformer Engine model are read with.
+DIST_BACKEND = "mcore_te_dist"
+
+
+def _dist_dir(path):
+    """The distributed checkpoint `path` names (its release/ or iter_*
+    directory), or "" when it names none."""
+    path = os.fspath(path)
+    return _mdl.find_dist_checkpoint(path) if os.path.isdir(path) else ""
+
+
 def load_rank(hf_dir, backend, rank=0, out=None, model=None, set=None,
-              choices=None, threads=0, **parallel):
+              choices=None, threads=0, config=None, **parallel):
     """The tensors of rank `rank` of `backend` at the parallel
     configuration, read from the HF checkpoint in `hf_dir` (only the bytes
-    the rank needs). With `out` (a state dict), its tensors are filled in
-    place and returned; otherwise new ones are."""
+    the rank needs), or from a Megatron-Core distributed checkpoint
+    (torch_dist: its directory, or the top of one whose tracker names it),
+    with the model of `config` (default: the directory's config.json). With
+    `out` (a state dict), its tensors are filled in place and returned;
+    otherwise new ones are."""
+    if _dist_dir(hf_dir):
+        m = Model(config=config or os.path.join(os.fspath(hf_dir), "config.json"),
+                  name=model, set=set, choices=choices)
+        m._m.open_dist(os.fspath(hf_dir), DIST_BACKEND)
+        return m.convert((DIST_BACKEND, {}), (backend, parallel), rank,
+                         out=out, threads=threads)
     m = Model(checkpoint=hf_dir, name=model, set=set, choices=choices)
     return m.load_rank(backend, rank, out=out, threads=threads, **parallel)
 
@@ -328,13 +349,19 @@ class SyncPlan:
     rank, tensor, box of a parameter) that make its tensors, so that a
     framework can move them over its own transport, or apply() does the
     copies in this process. With `params`, only those parameters are
-    synced (the tensors that hold none are not touched).
+    synced (the tensors that hold none are not touched). `src` may also be
+    a Megatron-Core distributed checkpoint (torch_dist, a directory): the
+    source is then its global layout (mcore_te_dist, one rank), read from
+    there by apply().
     """
 
     def __init__(self, config, src, dst, params=None, model=None, set=None,
                  choices=None):
         self.model = Model(config=config, name=model, set=set,
                            choices=choices)
+        if isinstance(src, (str, os.PathLike)):
+            self.model._m.open_dist(os.fspath(src), DIST_BACKEND)
+            src = (DIST_BACKEND, {})
         self.src = (src[0], _parallel(dict(src[1] or {})))
         self.dst = (dst[0], _parallel(dict(dst[1] or {})))
         for backend, parallel in (self.src, self.dst):
@@ -385,8 +412,8 @@ class SyncPlan:
     def apply(self, src_rank_dicts, dst_rank, out=None, threads=0):
         """The tensors of destination rank `dst_rank` from the source ranks'
         state dicts (a list by rank, or a dict rank -> state dict; only
-        the ranks sources() names are read); with `out`, filled in
-        place."""
+        the ranks sources() names are read; None for a distributed
+        checkpoint source); with `out`, filled in place."""
         return self.model.convert(self.src, self.dst, dst_rank,
                                   rank_dicts=src_rank_dicts, out=out,
                                   params=self.params, threads=threads)
