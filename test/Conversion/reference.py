@@ -232,9 +232,13 @@ class Reference:
         self.model, self.backend, self.hf, self.par = model, backend, hf, par
         self.config = config
         self.text = config.get("text_config", config)
-        self.vision = config.get("vision_config")
+        # Qwen's vision tower; Gemma 3's SigLIP tower is not described, so
+        # only its text model is built.
+        self.vision = None if model == "gemma3" else config.get("vision_config")
+        # transformers' configs tie by default (PretrainedConfig); Gemma 3's
+        # releases rely on it, the others say.
         self.tied = config.get("tie_word_embeddings",
-                               self.text.get("tie_word_embeddings", False))
+                               self.text.get("tie_word_embeddings", model == "gemma3"))
         self.out = {}
         self.moe = "num_experts" in self.text or "n_routed_experts" in self.text
         # GLM-4.5's layout: DeepSeek-V3 and Kimi-K2 (DeepSeek-V3's tensors
@@ -503,7 +507,29 @@ class Reference:
                 self.ple(hfpre + "ple.", out + "ple.", t, ci)
         norms = not self.q38
         ln_in = self.w(hfpre + "input_layernorm.weight") if norms else None
-        ln_post = self.w(hfpre + "post_attention_layernorm.weight") if norms else None
+        # ln_post is the norm before the MLP. Gemma's sandwich norms: HF's
+        # post_attention_layernorm normalizes the attention's output and
+        # pre_feedforward_layernorm comes before the MLP,
+        # post_feedforward_layernorm after it.
+        sandwich = norms and hfpre + "pre_feedforward_layernorm.weight" in self.hf
+        ln_post = self.w(hfpre + ("pre_feedforward_layernorm.weight" if sandwich
+                                  else "post_attention_layernorm.weight")) if norms else None
+        if sandwich:
+            post_attn = self.w(hfpre + "post_attention_layernorm.weight")
+            post_mlp = self.w(hfpre + "post_feedforward_layernorm.weight")
+            # Megatron-Bridge's Gemma 3 (TERowParallelLinearLayerNorm) keeps
+            # the output norms in the linears before them; MindSpeed's layer
+            # with post norms (its Gemma 2 spec) names them apart; vLLM keeps
+            # HF's names.
+            names = {"mcore_te": ("self_attention.linear_proj.post_layernorm.weight",
+                                  "mlp.linear_fc2.post_layernorm.weight"),
+                     "mcore_local": ("post_attn_norm.weight", "post_mlp_layernorm.weight"),
+                     "vllm": ("post_attention_layernorm.weight",
+                              "post_feedforward_layernorm.weight")}[self.backend]
+            put(names[0], post_attn)
+            put(names[1], post_mlp)
+            if not mc:
+                put("pre_feedforward_layernorm.weight", ln_post)
         if kind == "mla":
             attn = "self_attention." if mc else "self_attn."
             for n, a in self.mla(hfpre + "self_attn.", t).items():
@@ -540,7 +566,8 @@ class Reference:
             put("input_layernorm.weight", ln_in)
         else:
             put("input_layernorm.weight", ln_in)
-            put("post_attention_layernorm.weight", ln_post)
+            if not sandwich:
+                put("post_attention_layernorm.weight", ln_post)
         mlp = hfpre + "mlp."
         if not sparse:
             fc1, fc2 = self.gated_mlp(self.w(mlp + "gate_proj.weight"),
@@ -650,6 +677,10 @@ class Reference:
         vl = (archs[0].endswith("ForConditionalGeneration") if archs
               else self.vision is not None) or self.q38
         hftext = "model.language_model." if vl else "model."
+        # Multimodal checkpoints saved before transformers 4.52 (Gemma 3's
+        # releases) nest the text model as language_model.model.
+        if "language_model.model.embed_tokens.weight" in self.hf:
+            hftext = "language_model.model."
         if self.mcore:
             text = "language_model." if vl else ""
         else:
@@ -658,6 +689,8 @@ class Reference:
         kinds = tc.get("layer_types") or (
             ["full_attention"] * L if not q35 else
             ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(L)])
+        # A sliding-window layer holds a full-attention layer's tensors.
+        kinds = ["full_attention" if k == "sliding_attention" else k for k in kinds]
         if self.glm and tc.get("kv_lora_rank"):
             kinds = ["mla"] * L
         mlp_only = tc.get("mlp_only_layers", [])
