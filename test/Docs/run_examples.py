@@ -78,8 +78,12 @@ def make_hf(work, env, name, spec, config):
     params = json.loads(subprocess.run(
         ["mdlc", "params", spec, "--hf-config", config, "--format=json"],
         cwd=work, env=env, check=True, capture_output=True, text=True).stdout)
-    fills = {t["name"]: {"dtype": t["dtype"], "shape": t["shape"], "fill": f"random:{i}"}
-             for i, t in enumerate(params)}
+    # A copy (an MTP layer's embedding or head) holds the bytes of the
+    # tensor it copies, as in a real release: same seed, same shape.
+    seed = {t["name"]: i for i, t in enumerate(params)}
+    fills = {t["name"]: {"dtype": t["dtype"], "shape": t["shape"],
+                         "fill": f"random:{seed[t.get('copy_of', t['name'])]}"}
+             for t in params}
     with open(os.path.join(work, name + ".spec.json"), "w") as f:
         json.dump(fills, f)
     subprocess.run(["mdl-safetensors", "write", name + "/model.safetensors",
