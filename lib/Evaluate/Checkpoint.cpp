@@ -306,6 +306,13 @@ private:
   }
 
   void reportMissing() {
+    // Renames are looked for among a bounded number of pairs: a checkpoint
+    // of another model (a 100,000-name index against a spec that expects
+    // none of it) is reported in time linear in its names.
+    constexpr uint64_t kMaxRenamePairs = uint64_t(1) << 22;
+    bool searchRenames =
+        uint64_t(missing.size()) * unexpected.size() <= kMaxRenamePairs;
+    const std::set<std::string> none;
     for (size_t i : missing) {
       const rt::TensorListing &t = expected[i];
       if (isCovered(nodeOf(t)))
@@ -315,7 +322,7 @@ private:
       std::string best;
       size_t bestScore = 0;
       bool tie = false;
-      for (const std::string &u : unexpected) {
+      for (const std::string &u : searchRenames ? unexpected : none) {
         const CheckpointEntry &e = ckpt.at(u);
         if ((e.shape && *e.shape != t.shape) || (e.dtype && *e.dtype != t.dtype))
           continue;
