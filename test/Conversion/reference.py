@@ -443,10 +443,16 @@ class Reference:
             down = [self.w(per_expert_prefix + "%d.down_proj.weight" % e) for e in range(E)]
         else:  # packed: gate_up [E, 2F, H] gate rows first; down [E, H, F]
             gu = self.w(per_expert_prefix + "gate_up_proj")
+            dn = self.w(per_expert_prefix + "down_proj")
+            if self.model == "qwen3_vl_moe":
+                # transformers' Qwen3VLMoeTextExperts multiply by them (bmm):
+                # in x out, gate_up [E, H, 2F] with gate's columns first,
+                # down [E, F, H] (Megatron-Bridge: transpose_on_export).
+                gu, dn = gu.transpose(0, 2, 1), dn.transpose(0, 2, 1)
             F = gu.shape[1] // 2
             gate = [gu[e, :F] for e in range(E)]
             up = [gu[e, F:] for e in range(E)]
-            down = [self.w(per_expert_prefix + "down_proj")[e] for e in range(E)]
+            down = [dn[e] for e in range(E)]
         fc1 = {e: self.gated_mlp(gate[e], up[e], down[e], et, etp) for e in local}
         res = {}
         if self.backend == "mcore_te":
@@ -621,7 +627,10 @@ class Reference:
         Nh, D = vc["num_heads"], vc["hidden_size"]
         Dh = D // Nh
         mc = self.mcore
-        pre = "model.visual."
+        # Qwen-VL checkpoints saved before transformers 4.52 (and tools that
+        # keep that naming) hold the tower at visual.; vLLM's mapper reads
+        # both.
+        pre = "model.visual." if "model.visual.patch_embed.proj.weight" in self.hf else "visual."
         out = "vision_model." if mc else "visual."
         put = lambda n, a: self.put(out + n, a, ci)
         for n in ["patch_embed.proj.weight", "patch_embed.proj.bias", "pos_embed.weight"]:
@@ -654,6 +663,20 @@ class Reference:
             for hfn, n in (("norm1.", norms[0]), ("norm2.", norms[1])):
                 put(o + n + "weight", self.w(b + hfn + "weight"))
                 put(o + n + "bias", self.w(b + hfn + "bias"))
+        # Qwen3-VL's deepstack mergers (transformers' Qwen3VLVisionPatchMerger
+        # with the norm after the shuffle, over M*M*D): Megatron-Bridge keeps
+        # them in the vision decoder and names the norm patch_norm; vLLM's
+        # are column- then row-parallel like the final merger.
+        for k in range(len(vc.get("deepstack_visual_indexes") or [])):
+            h = pre + "deepstack_merger_list.%d." % k
+            o = ("decoder." if mc else "") + "deepstack_merger_list.%d." % k
+            nn = "patch_norm." if mc else "norm."
+            put(o + nn + "weight", self.w(h + "norm.weight"))
+            put(o + nn + "bias", self.w(h + "norm.bias"))
+            put(o + "linear_fc1.weight", self.col(self.w(h + "linear_fc1.weight"), t))
+            put(o + "linear_fc1.bias", self.col(self.w(h + "linear_fc1.bias"), t))
+            put(o + "linear_fc2.weight", self.row(self.w(h + "linear_fc2.weight"), t))
+            put(o + "linear_fc2.bias", self.w(h + "linear_fc2.bias"))
         mn = "merger.patch_norm." if mc else "merger.norm."
         put(mn + "weight", self.w(pre + "merger.norm.weight"))
         put(mn + "bias", self.w(pre + "merger.norm.bias"))
@@ -681,6 +704,9 @@ class Reference:
         # releases) nest the text model as language_model.model.
         if "language_model.model.embed_tokens.weight" in self.hf:
             hftext = "language_model.model."
+        # Qwen-VL checkpoints in the older naming (model.*, visual.*).
+        if vl and "model.embed_tokens.weight" in self.hf:
+            hftext = "model."
         if self.mcore:
             text = "language_model." if vl else ""
         else:

@@ -128,11 +128,15 @@ def main():
                     help="options added to every mdl-convert run")
     ap.add_argument("--reference", default="reference.py",
                     help="the reference script, in this directory")
+    ap.add_argument("--choice", action="append", default=[],
+                    help="NAME=VALUE: a choice of the HF checkpoint written "
+                    "(text_nesting=flat)")
     args = ap.parse_args()
     convert = [args.convert] + args.convert_flags.split()
 
     hf, tensors = write_hf(args.mdlc, args.spec, args.config, args.work, 7,
-                           ["--choice", "expert_storage=" + args.storage])
+                           ["--choice", "expert_storage=" + args.storage] +
+                           [a for c in args.choice for a in ("--choice", c)])
     moe = any(".experts." in t["name"] for t in tensors)
     quant = json.load(open(args.config)).get("quantization_config") or {}
     block = quant["weight_block_size"][0] if quant.get("quant_method") == "fp8" else 0

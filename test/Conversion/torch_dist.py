@@ -87,12 +87,15 @@ def dist_reference(model, config, hf):
     for name, by in experts.items():
         res[name.replace(".mtp_model_layer.", ".transformer_layer.")] = \
             np.stack([by[e] for e in sorted(by)])
-    # A TransformerBlock's layers: stacked when all alike.
+    # A TransformerBlock's layers: stacked when all alike; so are the
+    # deepstack mergers of Megatron-Bridge's Qwen3-VL vision block
+    # (Qwen3VLVisionTransformerBlock.sharded_state_dict).
     blocks = {}
     for name in res:
         parts = name.split(".")
         for i in range(len(parts) - 2):
-            if parts[i] == "decoder" and parts[i + 1] == "layers" and parts[i + 2].isdigit():
+            if parts[i] == "decoder" and parts[i + 1] in ("layers", "deepstack_merger_list") \
+                    and parts[i + 2].isdigit():
                 pre = ".".join(parts[:i + 2])
                 blocks.setdefault(pre, {}).setdefault(int(parts[i + 2]), {})[
                     ".".join(parts[i + 3:])] = name
