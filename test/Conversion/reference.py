@@ -243,7 +243,10 @@ class Reference:
         self.moe = "num_experts" in self.text or "n_routed_experts" in self.text
         # GLM-4.5's layout: DeepSeek-V3 and Kimi-K2 (DeepSeek-V3's tensors
         # under another config) share it.
-        self.glm = model.startswith("glm4") or model in ("deepseek_v3", "kimi_k2")
+        self.glm = model.startswith("glm4") or model in ("deepseek_v3", "kimi_k2", "deepseek_v32")
+        # DeepSeek-V3.2's sparse-attention indexer beside MLA.
+        self.indexer = "index_n_heads" in self.text
+        self.fp8 = (config.get("quantization_config") or {}).get("quant_method") == "fp8"
         # Qwen3.8: hyper-connections, no norms, mcore-bridge's layouts.
         self.q38 = model == "qwen3_8"
         self.mcore = backend.startswith("mcore")
@@ -343,8 +346,35 @@ class Reference:
             res["kv_a_layernorm.weight"] = w("kv_a_layernorm")
             res["kv_b_proj.weight"] = c(w("kv_b_proj"))
             res["o_proj.weight"] = self.row(w("o_proj"), t)
+            if self.indexer:
+                # deepseek_v2.py's Indexer: replicated wq_b; wk and
+                # weights_proj fused as one unquantized wk_weights_proj (an
+                # FP8 wk is dequantized into it on load, which the spec does
+                # not describe: with FP8, the layout before the fusion,
+                # wk with its scale and weights_proj apart); k_norm.
+                res["indexer.wq_b.weight"] = w("indexer.wq_b")
+                if self.fp8:
+                    res["indexer.wk.weight"] = w("indexer.wk")
+                    res["indexer.weights_proj.weight"] = w("indexer.weights_proj")
+                else:
+                    res["indexer.wk_weights_proj.weight"] = np.concatenate(
+                        [w("indexer.wk"), w("indexer.weights_proj")])
+                res["indexer.k_norm.weight"] = w("indexer.k_norm")
+                res["indexer.k_norm.bias"] = self.w(pre + "indexer.k_norm.bias")
             return res
-        te = self.backend == "mcore_te"
+        # Under Transformer Engine the latent norms are fused into the
+        # up-projections, except with DSA (mbridge's deepseek_v32: the
+        # indexer reads the normalized query latent, so the norms are
+        # q_layernorm and kv_layernorm).
+        te = self.backend == "mcore_te" and not self.indexer
+        if self.indexer:
+            # Megatron's DSAttention: core_attention.indexer, its linears
+            # "duplicated" (whole on every rank).
+            idx = "core_attention.indexer."
+            for n in ("wq_b", "wk", "weights_proj"):
+                res[idx + "linear_" + n + ".weight"] = w("indexer." + n)
+            res[idx + "k_norm.weight"] = w("indexer.k_norm")
+            res[idx + "k_norm.bias"] = self.w(pre + "indexer.k_norm.bias")
         res["linear_q_down_proj.weight"] = w("q_a_proj")
         res["linear_q_up_proj.layer_norm_weight" if te else "q_layernorm.weight"] = w("q_a_layernorm")
         res["linear_q_up_proj.weight"] = c(w("q_b_proj"))
