@@ -271,6 +271,11 @@ class Reference:
         if self.par["vpp"] > 1 and chunk_index is not None:
             name = "model%d.%s" % (chunk_index, name)
         assert name not in self.out, name
+        # DeepSeek-V3.2's release stores its norms in f32; Megatron's and
+        # vLLM's norm weights are parameters in the model's dtype (bf16),
+        # which loading casts to.
+        if self.glm and "norm" in name and array.dtype == np.float32:
+            array = f32_to_bf16(array)
         self.out[name] = np.ascontiguousarray(array)
 
     # -- building blocks, by the frameworks' rules -------------------------

@@ -20,6 +20,7 @@ the weights dequantized, so from there HF gets the dequantized checkpoint
 import argparse
 import itertools
 import json
+import re
 import os
 import shutil
 import struct
@@ -32,9 +33,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import reference  # noqa: E402
 
-def random_values(dtype, n, rng):
+def random_values(dtype, n, rng, narrowed=False):
     """Values in [1, 4): value transforms (stored = w - 1) are exact on
-    them in every float type, so round trips can be byte for byte."""
+    them in every float type, so round trips can be byte for byte. A
+    `narrowed` F32 tensor is one a checkpoint stores wider than the model
+    holds it (DeepSeek-V3.2's f32 norms of a bf16 model): its values are
+    bf16 values, which the round trip through bf16 keeps."""
     if dtype in ("I64", "I32"):
         return rng.integers(-2**31, 2**31, n).astype(
             np.int64 if dtype == "I64" else np.int32).tobytes()
@@ -43,19 +47,23 @@ def random_values(dtype, n, rng):
         b = rng.integers(0, 256, n).astype(np.uint8)
         return np.where((b & 0x7F) == 0x7F, b ^ 1, b).astype(np.uint8).tobytes()
     v = rng.uniform(1.0, 4.0, n)
+    if narrowed and dtype == "F32":
+        bits = v.astype(np.float32).view(np.uint32)
+        return (bits & np.uint32(0xFFFF0000)).astype(np.uint32).tobytes()
     if dtype == "BF16":
         bits = v.astype(np.float32).view(np.uint32)
         return (bits >> 16).astype(np.uint16).tobytes()
     return v.astype({"F16": np.float16, "F32": np.float32, "F64": np.float64}[dtype]).tobytes()
 
 
-def write_checkpoint(path, tensors, rng):
+def write_checkpoint(path, tensors, rng, narrowed=None):
     header, blobs, offset = {}, [], 0
     values = {}
     # Originals first, so that duplicates (copy_of) hold the same bytes.
     for t in sorted(tensors, key=lambda t: "copy_of" in t):
         n = int(np.prod(t["shape"])) if t["shape"] else 1
-        data = values[t["copy_of"]] if "copy_of" in t else random_values(t["dtype"], n, rng)
+        data = values[t["copy_of"]] if "copy_of" in t else random_values(
+            t["dtype"], n, rng, bool(narrowed and re.search(narrowed, t["name"])))
         values[t["name"]] = data
         header[t["name"]] = {"dtype": t["dtype"], "shape": t["shape"],
                              "data_offsets": [offset, offset + len(data)]}
@@ -70,7 +78,7 @@ def write_checkpoint(path, tensors, rng):
             f.write(b)
 
 
-def write_hf(mdlc, spec, config, work, seed, options=()):
+def write_hf(mdlc, spec, config, work, seed, options=(), narrowed=None):
     """A tiny random HF checkpoint of the spec's tensors for `config` in
     WORK/hf (emptied first); returns its directory and the tensors."""
     shutil.rmtree(work, ignore_errors=True)
@@ -83,7 +91,7 @@ def write_hf(mdlc, spec, config, work, seed, options=()):
         sys.exit("mdlc params failed:\n" + listing.stderr)
     tensors = json.loads(listing.stdout)
     write_checkpoint(os.path.join(hf, "model.safetensors"), tensors,
-                     np.random.default_rng(seed))
+                     np.random.default_rng(seed), narrowed)
     return hf, tensors
 
 
@@ -128,6 +136,9 @@ def main():
                     help="options added to every mdl-convert run")
     ap.add_argument("--reference", default="reference.py",
                     help="the reference script, in this directory")
+    ap.add_argument("--narrowed", default=None,
+                    help="a regex of the F32 tensors the model holds in bf16: "
+                         "their random values are bf16 values")
     ap.add_argument("--choice", action="append", default=[],
                     help="NAME=VALUE: a choice of the HF checkpoint written "
                     "(text_nesting=flat)")
@@ -136,7 +147,8 @@ def main():
 
     hf, tensors = write_hf(args.mdlc, args.spec, args.config, args.work, 7,
                            ["--choice", "expert_storage=" + args.storage] +
-                           [a for c in args.choice for a in ("--choice", c)])
+                           [a for c in args.choice for a in ("--choice", c)],
+                           args.narrowed)
     moe = any(".experts." in t["name"] for t in tensors)
     quant = json.load(open(args.config)).get("quantization_config") or {}
     block = quant["weight_block_size"][0] if quant.get("quant_method") == "fp8" else 0
