@@ -32,7 +32,7 @@ constexpr BuiltinInfo kBuiltins[] = {
     {Builtin::Str, "str"},     {Builtin::Pad, "pad"},
     {Builtin::DType, "dtype"}, {Builtin::Size, "size"},
     {Builtin::Sum, "sum"},     {Builtin::Primes, "primes"},
-    {Builtin::EndsWith, "ends_with"},
+    {Builtin::EndsWith, "ends_with"}, {Builtin::Chars, "chars"},
 };
 } // namespace
 
@@ -247,6 +247,10 @@ Type Analyzer::checkCallExpr(CallExpr *e, ExprEnv &env, const Type *expected) {
       for (auto &a : e->args)
         expect(a.get(), env, intT, "an argument of primes()");
     return Type::listOf(intT);
+  case Builtin::Chars:
+    if (arity(1, 1))
+      expect(e->args[0].get(), env, strT, "the argument of chars()");
+    return Type::listOf(strT);
   case Builtin::EndsWith:
     if (arity(2, 2))
       for (auto &a : e->args)

@@ -111,7 +111,7 @@ std::vector<std::string> dimAtoms(const ModuleScope &scope,
 
 /// The builtin functions of the expression language.
 enum class Builtin {
-  Hf, Len, Range, Min, Max, Gcd, CeilDiv, Str, Pad, DType, Size, Sum, Primes,
+  Hf, Len, Range, Min, Max, Gcd, CeilDiv, Str, Pad, DType, Size, Sum, Primes, Chars,
   EndsWith
 };
 std::optional<Builtin> lookupBuiltin(llvm::StringRef name);

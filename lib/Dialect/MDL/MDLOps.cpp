@@ -928,6 +928,8 @@ LogicalResult BuiltinOp::verify() {
     return want({intT, intT}, ListType::get(ctx, intT));
   if (c == "ends_with")
     return want({strT, strT}, i1(ctx));
+  if (c == "chars")
+    return want({strT}, ListType::get(ctx, strT));
   return emitOpError() << "unknown builtin '" << c << "'";
 }
 

@@ -290,6 +290,27 @@ bool mdl::rt::applyBuiltin(std::string_view name,
     out = Value::integer(total);
     return true;
   }
+  if (name == "chars") {
+    // One string per character (UTF-8 sequence): the letters of a layer
+    // pattern such as Nemotron-H's hybrid_override_pattern.
+    std::vector<Value> list;
+    const std::string &text = args[0].s;
+    if (text.size() > size_t(kMaxListLength)) {
+      error = "chars() of a string of " + std::to_string(text.size()) +
+              " bytes: a list is at most " + std::to_string(kMaxListLength) +
+              " long";
+      return false;
+    }
+    for (size_t i = 0; i < text.size();) {
+      size_t n = 1;
+      while (i + n < text.size() && (uint8_t(text[i + n]) & 0xC0) == 0x80)
+        ++n;
+      list.push_back(Value::string(text.substr(i, n)));
+      i += n;
+    }
+    out = Value::listOf(std::move(list));
+    return true;
+  }
   if (name == "ends_with") {
     const std::string &text = args[0].s, &suffix = args[1].s;
     out = Value::boolean(text.size() >= suffix.size() &&
