@@ -57,6 +57,10 @@ def f32_to_bf16(x):
     return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
 
 
+def bf16_to_f32(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
 def upsample(scale, shape, block):
     """Each element of a weight of `shape` gets its block's scale."""
     s = np.repeat(np.repeat(scale, block, axis=-2), block, axis=-1)
@@ -240,7 +244,8 @@ class Reference:
         self.tied = config.get("tie_word_embeddings",
                                self.text.get("tie_word_embeddings", model == "gemma3"))
         self.out = {}
-        self.moe = "num_experts" in self.text or "n_routed_experts" in self.text
+        self.moe = ("num_experts" in self.text or "n_routed_experts" in self.text
+                    or "num_local_experts" in self.text)
         # GLM-4.5's layout: DeepSeek-V3 and Kimi-K2 (DeepSeek-V3's tensors
         # under another config) share it.
         self.glm = model.startswith("glm4") or model in ("deepseek_v3", "kimi_k2", "deepseek_v32")
@@ -334,6 +339,18 @@ class Reference:
                 qkv = np.concatenate([qr, kr, vr])
             out.append(qkv if suffix == "weight" else qkv.reshape(-1))
         return out[0], self.row(o, t), (out[1] if len(out) > 1 else None)
+
+    def full_norms(self, qn, kn, t):
+        tc = self.text
+        G = tc["num_key_value_heads"]
+        tp = self.par["tp"]
+        qr = chunk(qn, 0, tp, t)
+        if tp > G:
+            assert not self.mcore, "Megatron splits whole query groups"
+            kr = chunk(kn, 0, G, t * G // tp)
+        else:
+            kr = chunk(kn, 0, tp, t)
+        return qr, kr
 
     def mla(self, pre, t):
         """Megatron: linear_q_down_proj (q_a), linear_q_up_proj (q_b, with
@@ -465,14 +482,19 @@ class Reference:
         """Routed experts: the EP rank's experts, each F split over etp
         (etp rank = tp rank % etp)."""
         tc = self.text
-        E = tc.get("num_experts") or tc["n_routed_experts"]
+        E = tc.get("num_experts") or tc.get("num_local_experts") or tc["n_routed_experts"]
         H = tc["hidden_size"]
         ep, etp = self.par["ep"], self.par["etp"]
         if self.backend == "vllm":
             ep, etp = 1, self.par["tp"]
         et = t % etp
         local = range(ep_rank * E // ep, (ep_rank + 1) * E // ep)
-        if per_expert_prefix + "0.gate_proj.weight" in self.hf:
+        if per_expert_prefix + "0.w1.weight" in self.hf:
+            # Mixtral's and MiniMax-M2's names: w1 gate, w3 up, w2 down.
+            gate = [self.w(per_expert_prefix + "%d.w1.weight" % e) for e in range(E)]
+            up = [self.w(per_expert_prefix + "%d.w3.weight" % e) for e in range(E)]
+            down = [self.w(per_expert_prefix + "%d.w2.weight" % e) for e in range(E)]
+        elif per_expert_prefix + "0.gate_proj.weight" in self.hf:
             gate = [self.w(per_expert_prefix + "%d.gate_proj.weight" % e) for e in range(E)]
             up = [self.w(per_expert_prefix + "%d.up_proj.weight" % e) for e in range(E)]
             down = [self.w(per_expert_prefix + "%d.down_proj.weight" % e) for e in range(E)]
@@ -592,8 +614,17 @@ class Reference:
             if hfpre + "self_attn.o_proj.bias" in self.hf:
                 put(attn + proj_name + ".bias", self.w(hfpre + "self_attn.o_proj.bias"))
             if qk_norms:
-                put(attn + q_name + ".weight", self.w(hfpre + "self_attn.q_norm.weight"))
-                put(attn + k_name + ".weight", self.w(hfpre + "self_attn.k_norm.weight"))
+                qn = self.w(hfpre + "self_attn.q_norm.weight")
+                kn = self.w(hfpre + "self_attn.k_norm.weight")
+                if qn.shape[0] != kn.shape[0] or self.text.get("qk_norm_type") == "per_layer":
+                    # MiniMax-M2's norms over all heads, [N * D] and
+                    # [G * D]: each rank holds those of its heads (Megatron-
+                    # Bridge's FullDimQNorm/FullDimKNorm, vLLM's
+                    # MiniMaxText01RMSNormTP, whose k_norm follows the
+                    # replicated kv heads when tp > G).
+                    qn, kn = self.full_norms(qn, kn, t)
+                put(attn + q_name + ".weight", qn)
+                put(attn + k_name + ".weight", kn)
         else:
             for n, a in self.gdn(hfpre + "linear_attn.", t).items():
                 put(attn + n, a)
@@ -626,6 +657,14 @@ class Reference:
                 put("mlp.down_proj.weight", fc2)
             return
         bias = mlp + "gate.e_score_correction_bias"
+        # Mixtral's and MiniMax-M2's block_sparse_moe (vLLM keeps the name;
+        # the score correction sits beside the router).
+        sparse_moe = hfpre + "block_sparse_moe.gate.weight" in self.hf
+        vmlp = "mlp."
+        if sparse_moe:
+            mlp = hfpre + "block_sparse_moe."
+            bias = mlp + "e_score_correction_bias"
+            vmlp = "block_sparse_moe."
         if mc:
             if norms:
                 put("pre_mlp_layernorm.weight", ln_post)
@@ -633,11 +672,16 @@ class Reference:
             if bias in self.hf:
                 put("mlp.router.expert_bias", self.w(bias))
         else:
-            put("mlp.gate.weight", self.w(mlp + "gate.weight"))
+            router = self.w(mlp + "gate.weight")
+            if self.model == "minimax_m2":
+                # vLLM's MiniMax-M2 router is a ReplicatedLinear in f32.
+                router = bf16_to_f32(router)
+            put(vmlp + "gate.weight", router)
             if bias in self.hf:
-                put("mlp.gate.e_score_correction_bias", self.w(bias))
+                put(vmlp + ("e_score_correction_bias" if sparse_moe
+                            else "gate.e_score_correction_bias"), self.w(bias))
         for n, a in self.experts(mlp, t, ep_rank, mlp + "experts.").items():
-            put("mlp." + n, a)
+            put(("mlp." if mc else vmlp) + n, a)
         shared = "shared_experts" if mlp + "shared_experts.gate_proj.weight" in self.hf else "shared_expert"
         if mlp + shared + ".gate_proj.weight" in self.hf:
             s = mlp + shared + "."

@@ -116,9 +116,19 @@ void makeScale(const Param &w, Param &s) {
     t.atoms = {out ? outAtom : inAtom};
     if (split.padMultiple)
       t.indivisible = "a vocabulary-padded weight cannot keep block scales";
-    else if (split.replicateWhenFewer)
+    else if (split.replicateWhenFewer) {
+      // Up to as many ranks as heads the split is a plain one, which the
+      // checks below (on the whole side) decide when it is applied.
       t.indivisible = "a weight replicated over more ranks than it has heads "
                       "cannot keep block scales";
+      t.indivisibleAbove = 1;
+      for (const std::string &a : split.atoms)
+        t.indivisibleAbove *= w.sizes[size_t(w.atomIndex(a))];
+      if (length % b != 0)
+        t.indivisibleAbove = 0, t.indivisible =
+            "its " + std::to_string(length) + " " + (out ? "rows" : "columns") +
+            " end in a partial FP8 scale block of " + std::to_string(b);
+    }
     else if (!out && !isPrefix(sides.in))
       t.indivisible = "it splits an inner dimension of the weight's rows or "
                       "columns, which the scale blocks do not follow";

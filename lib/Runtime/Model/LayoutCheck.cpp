@@ -211,7 +211,7 @@ public:
       if (s.padMultiple)
         return false;
       out << '/' << int(s.axis) << (s.replicateWhenFewer ? "r" : "")
-          << s.indivisible;
+          << s.indivisible << '>' << s.indivisibleAbove;
       for (const std::string &a : s.atoms)
         out << a << ',';
     }

@@ -275,7 +275,8 @@ void Planner::validate() {
       int64_t pad = s.padMultiple ? s.padMultiple(cfg) : 0;
       SplitResult r = splitAtoms(splitSizes(p, s), n, 0, s.replicateWhenFewer,
                                  pad);
-      if (!s.indivisible.empty())
+      if (!s.indivisible.empty() &&
+          (s.indivisibleAbove <= 0 || n > s.indivisibleAbove))
         r.ok = false, r.why = s.indivisible;
       if (r.ok)
         continue;

@@ -51,6 +51,10 @@ struct Split {
   /// Why the dimension cannot be split at all (the ragged last block of a
   /// weight's FP8 scales), or "".
   std::string indivisible;
+  /// When positive, `indivisible` holds only for more ranks than this: the
+  /// scales of a weight whose split replicates it when the axis has more
+  /// ranks than its heads (vLLM's kv heads) follow a plain split.
+  int64_t indivisibleAbove = 0;
 };
 
 /// A logical parameter of the instantiated model.
