@@ -136,7 +136,7 @@ layoutEntry
   : STRING forClause? '=' tensorExpr tensorOption* whenClause? ';'  # tensorEntry
   | name ('[' name ']')? 'at' STRING whenClause? ';'               # mountEntry
   | 'shard' qualifiedName (',' qualifiedName)* 'on' name
-      ('by' name)? replicateClause? ';'                            # shardEntry
+      ('by' name)? replicateClause? whenClause? ';'                # shardEntry
   | 'derived' STRING 'from' qualifiedName (',' qualifiedName)*
       recomputeClause? whenClause? ';'                             # derivedEntry
   | 'buffer' STRING whenClause? ';'                                # bufferEntry

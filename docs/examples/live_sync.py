@@ -26,16 +26,18 @@ def process(index, world, port, hf):
                             bucket_bytes=1 << 16)
     if index < plan.num_src_ranks:  # a trainer: its live parameters
         role = ("src", index)
-        state = model.load_rank(TRAINER[0], rank=index, **TRAINER[1])
+        state = model.load_rank(TRAINER[0], rank=plan.layout_rank(role),
+                                **TRAINER[1])
     else:                           # an engine: its own tensors, in place
         role = ("dst", index - plan.num_src_ranks)
         state = {t.name: torch.zeros(t.shape, dtype=mdl._torch_dtype(t.dtype))
-                 for t in model.tensors(ENGINE[0], role[1], **ENGINE[1])}
+                 for t in model.tensors(ENGINE[0], plan.layout_rank(role),
+                                        **ENGINE[1])}
     report = mdl.sync(plan, state, role, timeout=30)
     if role == ("dst", 0):
         # The same rank converted in memory from all the trainer's ranks.
         ranks = [model.load_rank(TRAINER[0], rank=r, **TRAINER[1])
-                 for r in range(plan.num_src_ranks)]
+                 for r in range(mdl.Model.num_ranks(**TRAINER[1]))]
         want = mdl.SyncPlan(config=model.config, src=TRAINER,
                             dst=ENGINE).apply(ranks, 0)
         same = all(torch.equal(state[n].view(torch.uint8),

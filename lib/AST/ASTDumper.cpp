@@ -514,6 +514,7 @@ void Dumper::decl(const Decl *d) {
           os << " by " << s->axis->name;
         if (s->replicate)
           os << " replicate";
+        optional(" when ", s->when.get());
       } else if (auto *dv = dyn_cast<DerivedEntry>(e.get())) {
         os << "Derived \"" << dv->name << "\" from";
         qualifiedNames(dv->sources);

@@ -425,7 +425,8 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
     } else if (auto s = dyn_cast<ShardOp>(op)) {
       out.shards.push_back({strings(s.getParams()), s.getDim().str(),
                             atoms(module, s.getDim()), MeshAxis(s.getAxis()),
-                            s.getReplicate()});
+                            s.getReplicate(), fnOrNone(s.getWhen()),
+                            where(s)});
     } else if (auto d = dyn_cast<DerivedOp>(op)) {
       std::vector<std::string> recompute;
       if (auto r = d.getRecompute())

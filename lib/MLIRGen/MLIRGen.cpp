@@ -738,9 +738,10 @@ void Generator::layout(const LayoutDecl *d) {
         storage.push_back(q.str());
       for (const std::string &p : storage)
         params.push_back(p);
-      builder.create<ShardOp>(
+      auto op = builder.create<ShardOp>(
           l, builder.getStrArrayAttr(params), s->dim.name,
           *symbolizeMeshAxisKind(s->axis ? s->axis->name : "tp"), s->replicate);
+      yieldOptional(op.getWhen(), s->when.get());
     } else if (auto *dv = dyn_cast<DerivedEntry>(entry.get())) {
       std::vector<std::string> sources;
       for (const QualifiedName &q : dv->sources)

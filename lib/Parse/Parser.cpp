@@ -849,6 +849,8 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
     if (x->name().size() > 1)
       e->axis = ident(x->name(1));
     e->replicate = x->replicateClause() != nullptr;
+    if (x->whenClause())
+      e->when = expr(x->whenClause()->expr());
     return e;
   }
   if (auto *x = dynamic_cast<P::DerivedEntryContext *>(c)) {

@@ -80,7 +80,36 @@ Type Analyzer::typeOfSymbol(const ModuleScope &scope, const ModuleSymbol &sym,
   return t;
 }
 
+/// The values of the parallel context that are sizes of the configuration,
+/// the same on every rank.
+static bool isSizeContextVar(ContextVar var) {
+  switch (var) {
+  case ContextVar::TP:
+  case ContextVar::PP:
+  case ContextVar::EP:
+  case ContextVar::ETP:
+  case ContextVar::CP:
+  case ContextVar::DP:
+  case ContextVar::VPP:
+  case ContextVar::SP:
+    return true;
+  default:
+    return false;
+  }
+}
+
 Type Analyzer::checkName(NameRefExpr *e, ExprEnv &env) {
+  if (env.sizesOnly) {
+    auto var = parseContextVar(e->name);
+    if (!var || !isSizeContextVar(*var)) {
+      error(e->getLoc()) << "a shard's condition reads only the parallel "
+                            "sizes (tp, pp, ep, etp, cp, dp, vpp, sp), not '"
+                         << e->name << "'";
+      return Type();
+    }
+    e->refKind = NameRefExpr::Context;
+    return Type::get(isBoolContextVar(*var) ? Type::Bool : Type::Int);
+  }
   for (auto it = env.locals.rbegin(); it != env.locals.rend(); ++it)
     if (it->first == e->name) {
       e->refKind = NameRefExpr::Local;

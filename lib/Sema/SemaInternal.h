@@ -30,6 +30,9 @@ struct ExprEnv {
   int hfReads = 0;
   /// In a choice default, computed before any parallel configuration.
   bool choiceDefault = false;
+  /// In a shard's condition: the parallel sizes alone, so that a split is
+  /// the same on every rank and every instance of the module.
+  bool sizesOnly = false;
   /// Local variables, innermost last.
   std::vector<std::pair<std::string, ast::Type>> locals;
 };

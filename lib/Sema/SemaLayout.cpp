@@ -363,6 +363,13 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
                               << "' is not a dimension of '"
                               << ref->owner->decl->name.name << "'";
       }
+      if (s->when) {
+        ExprEnv sizes;
+        sizes.allowContext = true;
+        sizes.sizesOnly = true;
+        expect(s->when.get(), sizes, Type::get(Type::Bool),
+               "a when condition");
+      }
     } else if (auto *d = dyn_cast<DerivedEntry>(entry.get())) {
       for (const QualifiedName &q : d->sources) {
         std::string why;

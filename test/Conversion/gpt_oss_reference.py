@@ -33,7 +33,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from reference import (chunk, load_dir, load_files, load_rank,  # noqa: E402
-                       megatron_dirs, pad_rows, rank_files, vllm_rank_files)
+                       megatron_dirs, pad_rows, rank_files, vllm_file_ranks,
+                       vllm_processes, vllm_rank_files)
 
 
 class GptOss:
@@ -112,12 +113,17 @@ class GptOss:
                 out[pre + "input_layernorm.weight"] = w("input_layernorm.weight")
                 out[pre + "post_attention_layernorm.weight"] = w("post_attention_layernorm.weight")
                 attn_names = ("attn.qkv_proj.", "attn.o_proj.", "attn.sinks")
-                s, f = t * F // tp, (t + 1) * F // tp
+                # Expert parallelism: the process's whole experts, each
+                # with its down bias; else F split over the tensor ranks
+                # and the down bias on rank 0 alone.
+                ep = par["ep"]
+                lo, hi = e * E // ep, (e + 1) * E // ep
+                s, f = (0, F) if ep > 1 else (t * F // tp, (t + 1) * F // tp)
                 ex = pre + "mlp.experts."
-                out[ex + "w13_weight"] = gu[:, :, 2 * s:2 * f].transpose(0, 2, 1)
-                out[ex + "w13_bias"] = gub[:, 2 * s:2 * f]
-                out[ex + "w2_weight"] = dn[:, s:f, :].transpose(0, 2, 1)
-                out[ex + "w2_bias"] = dnb if t == 0 else np.zeros_like(dnb)
+                out[ex + "w13_weight"] = gu[lo:hi, :, 2 * s:2 * f].transpose(0, 2, 1)
+                out[ex + "w13_bias"] = gub[lo:hi, 2 * s:2 * f]
+                out[ex + "w2_weight"] = dn[lo:hi, s:f, :].transpose(0, 2, 1)
+                out[ex + "w2_bias"] = dnb[lo:hi] if t == 0 or ep > 1 else np.zeros_like(dnb)
             qkv_name, proj_name, sinks_name = attn_names
             out[pre + qkv_name + "weight"] = qkv["weight"]
             out[pre + qkv_name + "bias"] = qkv["bias"]
@@ -157,9 +163,15 @@ def main():
             failures += 1
         ranks = [(k, os.path.join(root, d, rank_file)) for k, d in sorted(expected.items())]
     else:
-        ranks = [((t, 0, 0), None) for t in range(par["tp"])]
+        processes = vllm_processes(par)
+        if vllm_file_ranks(args.out) != [g for g, _, _ in processes]:
+            print("vLLM rank files differ: expected %s, found %s" % (
+                [g for g, _, _ in processes], vllm_file_ranks(args.out)))
+            failures += 1
+        ranks = [((t, 0, e), g) for g, t, e in processes]
     for (t, p, e), path in ranks:
-        got = load_rank(path) if path else load_files(vllm_rank_files(args.out, t))
+        got = (load_rank(path) if isinstance(path, str)
+               else load_files(vllm_rank_files(args.out, path)))
         want = ref.rank(t, p, e)
         if set(got) != set(want):
             print("rank tp=%d pp=%d ep=%d: names differ: only in the reference %s; only in the output %s"

@@ -197,8 +197,26 @@ def load_dir(d):
     return out
 
 
+def vllm_processes(par):
+    """vLLM's processes as (file rank, tensor rank, expert rank). With
+    expert parallelism (enable_expert_parallel) the engine runs tp x dp
+    processes, ep = tp * dp of them; process g = dp_rank * tp + tp_rank is
+    expert rank g (FusedMoE flattens tp across dp) and its files are named
+    by g. Without it, the tensor ranks."""
+    tp, ep = par["tp"], par["ep"]
+    if ep == 1:
+        return [(t, t, 0) for t in range(tp)]
+    return [(g, g % tp, g) for g in range(ep)]
+
+
+def vllm_file_ranks(d):
+    """The ranks vLLM's sharded_state files in `d` are named by."""
+    return sorted({int(m.group(1)) for f in os.listdir(d)
+                   for m in [re.fullmatch(r"model-rank-(\d+)-part-\d+\.safetensors", f)] if m})
+
+
 def vllm_rank_files(d, rank):
-    """vLLM's sharded_state files of a tensor-parallel rank:
+    """vLLM's sharded_state files of a rank:
     model-rank-{rank}-part-{part}.safetensors, parts from 0, in order."""
     parts = {}
     for f in os.listdir(d):
@@ -486,7 +504,9 @@ class Reference:
         H = tc["hidden_size"]
         ep, etp = self.par["ep"], self.par["etp"]
         if self.backend == "vllm":
-            ep, etp = 1, self.par["tp"]
+            # FusedMoE splits F over the tensor ranks, or with expert
+            # parallelism holds whole experts.
+            ep, etp = (ep, 1) if ep > 1 else (1, self.par["tp"])
         et = t % etp
         local = range(ep_rank * E // ep, (ep_rank + 1) * E // ep)
         if per_expert_prefix + "0.w1.weight" in self.hf:
@@ -932,12 +952,19 @@ def main():
             scale_ref = Reference(args.model, backend, config, scales, par)
     ref = Reference(args.model, backend, config, hf, par)
     plan = json.load(open(os.path.join(args.out, "plan.json")))
-    ranks = par["tp"] * par["pp"] * par["ep"] if ref.mcore else par["tp"]
+    ranks = par["tp"] * par["pp"] * par["ep"]
     # Megatron: its rank directories (those of the ranks that save);
-    # vLLM: sharded_state files at the top.
+    # vLLM: sharded_state files at the top, one set per process.
     expected = megatron_dirs(par) if ref.mcore else {}
     failures = 0
     checked = 0
+    if not ref.mcore:
+        processes = vllm_processes(par)
+        files = {g: (t, e) for g, t, e in processes}
+        if vllm_file_ranks(args.out) != sorted(files):
+            print("vLLM rank files differ: expected ranks %s, found %s" % (
+                sorted(files), vllm_file_ranks(args.out)))
+            failures += 1
     if ref.mcore:
         root, rank_file = rank_files(args.out)
         dirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
@@ -953,8 +980,11 @@ def main():
             d = expected[(t, p, e)]
             got = load_rank(os.path.join(root, d, rank_file))
         else:
-            d = "model-rank-%d-part-*" % t
-            got = load_files(vllm_rank_files(args.out, t))
+            g = [g for g, (ft, fe) in files.items() if (ft, fe) == (t, e)]
+            if not g:
+                continue
+            d = "model-rank-%d-part-*" % g[0]
+            got = load_files(vllm_rank_files(args.out, g[0]))
         want = ref.rank(r)
         if scale_ref:
             upsampled = scale_ref.rank(r)

@@ -530,13 +530,15 @@ struct MountEntry : LayoutEntry {
 };
 
 /// `shard q, gate on N by tp replicate;`: overrides the module's parallel
-/// style of these parameters for this backend.
+/// style of these parameters for this backend; with `when`, only in the
+/// parallel configurations (sizes) where the condition holds.
 struct ShardEntry : LayoutEntry {
   ShardEntry(SMRange r) : LayoutEntry(Shard, r) {}
   std::vector<QualifiedName> params;
   Ident dim;
   std::optional<Ident> axis;
   bool replicate = false;
+  ExprPtr when;
   static bool classof(const LayoutEntry *e) { return e->getKind() == Shard; }
 };
 

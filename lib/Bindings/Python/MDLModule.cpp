@@ -97,6 +97,14 @@ ParallelConfig parallelOf(const std::map<std::string, py::object> &given) {
 /// int64, a row per segment, dimension or bucket) and the tensors they
 /// index.
 class PyTransferPlan {
+  void checkRank(bool source, int64_t rank) const {
+    int64_t n = source ? plan->numSrcRanks() : plan->numDstRanks();
+    if (rank < 0 || rank >= n)
+      throw Error(std::string(source ? "source" : "destination") + " rank " +
+                  std::to_string(rank) + " does not exist: the plan has " +
+                  std::to_string(n));
+  }
+
 public:
   explicit PyTransferPlan(std::unique_ptr<TransferPlan> plan)
       : plan(std::move(plan)) {}
@@ -110,16 +118,17 @@ public:
   /// (name, shape, dtype) of each tensor a rank reads or writes.
   std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>>
   tensors(bool source, int64_t rank) const {
-    int64_t n = source ? plan->numSrcRanks() : plan->numDstRanks();
-    if (rank < 0 || rank >= n)
-      throw Error(std::string(source ? "source" : "destination") + " rank " +
-                  std::to_string(rank) + " does not exist: the plan has " +
-                  std::to_string(n));
+    checkRank(source, rank);
     std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>> out;
     for (const TransferTensor &t : source ? plan->sourceTensors(rank)
                                           : plan->destinationTensors(rank))
       out.emplace_back(t.name, t.shape, std::string(safetensorsName(t.dtype)));
     return out;
+  }
+
+  int64_t layoutRank(bool source, int64_t rank) const {
+    checkRank(source, rank);
+    return plan->layoutRank(source, rank);
   }
 
   /// A row per segment: source rank, source tensor, destination rank,
@@ -660,6 +669,7 @@ PYBIND11_MODULE(_mdl, m) {
       .def_property_readonly("bucket_bytes", &PyTransferPlan::bucketBytes)
       .def_property_readonly("params", &PyTransferPlan::params)
       .def("tensors", &PyTransferPlan::tensors)
+      .def("layout_rank", &PyTransferPlan::layoutRank)
       .def("segments", &PyTransferPlan::segments)
       .def("shifts", &PyTransferPlan::shifts)
       .def("dims", &PyTransferPlan::dims)

@@ -680,6 +680,10 @@ LogicalResult MountOp::verifyRegions() {
   return verifyYields(*this, getWhen(), i1(getContext()), "when");
 }
 
+LogicalResult ShardOp::verifyRegions() {
+  return verifyYields(*this, getWhen(), i1(getContext()), "when");
+}
+
 //===----------------------------------------------------------------------===//
 // Backends
 //===----------------------------------------------------------------------===//

@@ -182,13 +182,14 @@ bool TransferBuilder::selectParams(std::string &error) {
 bool TransferBuilder::readSources(std::string &error) {
   const ModelLayout &sm = from.layout();
   Planner planner(sm, fromConfig);
-  int64_t n = numRanks(fromConfig);
+  int64_t n = plan.numSrcRanks();
   srcRanks.resize(size_t(n));
   srcIndex.resize(size_t(n));
   sources.resize(sm.params.size());
   std::vector<std::map<std::vector<int64_t>, int32_t>> boxOf(sm.params.size());
   for (int64_t r = 0; r < n; ++r) {
-    srcRanks[size_t(r)] = rankTensors(planner, r, &srcSkip);
+    srcRanks[size_t(r)] =
+        rankTensors(planner, plan.srcLayoutRanks[size_t(r)], &srcSkip);
     const std::vector<RankTensor> &tensors = srcRanks[size_t(r)];
     srcIndex[size_t(r)].assign(tensors.size(), -1);
     for (size_t t = 0; t < tensors.size(); ++t) {
@@ -289,12 +290,13 @@ bool TransferBuilder::indexSources(std::string &error) {
 bool TransferBuilder::readDestinations(std::string &error) {
   const ModelLayout &dm = to.layout(), &sm = from.layout();
   Planner planner(dm, toConfig);
-  int64_t n = numRanks(toConfig);
+  int64_t n = plan.numDstBase;
   dstRanks.resize(size_t(n));
   written.resize(size_t(n));
   plan.dstTensors.resize(size_t(n));
   for (int64_t r = 0; r < n; ++r) {
-    dstRanks[size_t(r)] = rankTensors(planner, r, &dstSkip);
+    dstRanks[size_t(r)] =
+        rankTensors(planner, plan.dstLayoutRanks[size_t(r)], &dstSkip);
     const std::vector<RankTensor> &tensors = dstRanks[size_t(r)];
     for (size_t t = 0; t < tensors.size(); ++t) {
       const RankTensor &rt = tensors[t];
@@ -628,6 +630,10 @@ void TransferBuilder::pack() {
 void TransferBuilder::digest() {
   Digest d;
   d.value(plan.numDstBase);
+  for (const auto *side : {&plan.srcLayoutRanks, &plan.dstLayoutRanks}) {
+    d.value(uint64_t(side->size()));
+    d.bytes(side->data(), side->size() * sizeof(int64_t));
+  }
   d.value(plan.replicas);
   d.value(plan.cap);
   for (const auto *side : {&plan.srcTensors, &plan.dstTensors}) {
@@ -688,8 +694,14 @@ bool TransferBuilder::run(std::string &error) {
   }
   plan.cap = options.bucketBytes;
   plan.replicas = options.dstReplicas;
-  plan.numDstBase = numRanks(toConfig);
-  plan.srcTensors.resize(size_t(numRanks(fromConfig)));
+  for (int64_t r = 0, n = numRanks(fromConfig); r < n; ++r)
+    if (from.rankSaved(fromConfig, r))
+      plan.srcLayoutRanks.push_back(r);
+  for (int64_t r = 0, n = numRanks(toConfig); r < n; ++r)
+    if (to.rankSaved(toConfig, r))
+      plan.dstLayoutRanks.push_back(r);
+  plan.numDstBase = int64_t(plan.dstLayoutRanks.size());
+  plan.srcTensors.resize(plan.srcLayoutRanks.size());
   load.assign(plan.srcTensors.size(), 0);
   if (!selectParams(error) || !readSources(error) || !indexSources(error) ||
       !readDestinations(error))

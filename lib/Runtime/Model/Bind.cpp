@@ -133,30 +133,42 @@ private:
           return true;
       return false;
     };
+    // Where a conditional shard does not hold, the module's style splits.
+    Split otherwise;
     if (s && std::all_of(s->atoms.begin(), s->atoms.end(), has)) {
       Split t;
       t.atoms = s->atoms;
       t.axis = s->axis;
       t.replicateWhenFewer = s->replicate;
       t.why = "shard " + s->dim + " of " + p.path;
+      if (s->when) {
+        t.when = sizeCondition(s->when, /*holds=*/true);
+        t.whenKey = s->where;
+        otherwise.when = sizeCondition(s->when, /*holds=*/false);
+        otherwise.whenKey = "!" + s->where;
+      }
       splits.push_back(t);
       if (t.axis == MeshAxis::TP || t.axis == MeshAxis::ETP)
         style = shardStyle(p, t.atoms.front());
-      return splits;
+      if (!s->when)
+        return splits;
     }
     if (p.style == Style::None || p.style == Style::Replicated)
       return splits;
-    Split t;
+    Split t = std::move(otherwise);
     t.atoms = p.styleAtoms;
     t.axis = grouped ? MeshAxis::ETP : MeshAxis::TP;
     t.why = std::string(tensorParallelStyleName(p.style)) + "(" + p.styleDim +
             ") of " + p.path;
-    style = p.style;
     // A vocabulary split is vocab-parallel where the backend pads the
     // vocabulary; elsewhere it is a linear's plain output split.
-    if (style == Style::Vocab && !backend.vocabMultiple)
-      style = Style::Column;
-    if (style == Style::Vocab) {
+    Style own = p.style;
+    if (own == Style::Vocab && !backend.vocabMultiple)
+      own = Style::Column;
+    // A conditional shard's style describes the backend's modules.
+    if (!t.when)
+      style = own;
+    if (own == Style::Vocab) {
       Instance *root = &model.root();
       Expr pad = backend.vocabMultiple;
       auto ch = choices;
@@ -173,6 +185,24 @@ private:
     }
     splits.push_back(t);
     return splits;
+  }
+
+  /// Whether a shard's condition, which reads the parallel sizes alone,
+  /// `holds` in a configuration (an unevaluable one does not hold).
+  std::function<bool(const ParallelConfig &)> sizeCondition(const Expr &cond,
+                                                            bool holds) {
+    Instance *root = &model.root();
+    auto ch = choices;
+    return [root, cond, ch, holds](const ParallelConfig &c) {
+      RankContext ctx;
+      ctx.config = c;
+      bool v = false;
+      try {
+        v = evalOne(*root, cond, Value::boolean(false), &ctx, ch.get()).i;
+      } catch (EvalError &) {
+      }
+      return v == holds;
+    };
   }
 
   /// The style a layout's `shard ... by tp` of dimension atom `atom` gives:

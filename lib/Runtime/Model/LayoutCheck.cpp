@@ -161,13 +161,17 @@ void checkSplit(const Planner &planner, const LocalTensor &lt,
   for (int param : tensorParams(t)) {
     const Param &p = m.params[param];
     bool splitsLead = false;
+    const ParallelConfig &cfg = planner.config();
     for (const Split &s : p.splits)
-      if (s.axis == t.splitBy && lead && lead->kind == Term::Atom &&
+      if (s.axis == t.splitBy && s.holdsIn(cfg) && lead &&
+          lead->kind == Term::Atom &&
           !s.atoms.empty() && s.atoms.front() == lead->atom)
         splitsLead = true;
     bool anySplit =
         std::any_of(p.splits.begin(), p.splits.end(),
-                    [&](const Split &s) { return s.axis == t.splitBy; });
+                    [&](const Split &s) {
+                      return s.axis == t.splitBy && s.holdsIn(cfg);
+                    });
     if (anySplit && !splitsLead)
       problems.push_back(
           {"fused-split",
@@ -211,7 +215,8 @@ public:
       if (s.padMultiple)
         return false;
       out << '/' << int(s.axis) << (s.replicateWhenFewer ? "r" : "")
-          << s.indivisible << '>' << s.indivisibleAbove;
+          << s.indivisible << '>' << s.indivisibleAbove << '?' << s.whenKey
+          << '?';
       for (const std::string &a : s.atoms)
         out << a << ',';
     }

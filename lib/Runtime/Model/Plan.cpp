@@ -270,7 +270,7 @@ void Planner::validate() {
   for (const Param &p : m.params)
     for (const Split &s : p.splits) {
       int64_t n = cfg.size(s.axis);
-      if (n == 1 || foldedScale(m, p))
+      if (n == 1 || foldedScale(m, p) || !s.holdsIn(cfg))
         continue;
       int64_t pad = s.padMultiple ? s.padMultiple(cfg) : 0;
       SplitResult r = splitAtoms(splitSizes(p, s), n, 0, s.replicateWhenFewer,
@@ -366,7 +366,7 @@ Extent Planner::extent(int param, const std::string &atom,
   Extent e{0, p.sizes[a], p.sizes[a]};
   for (const Split &s : p.splits) {
     auto it = std::find(s.atoms.begin(), s.atoms.end(), atom);
-    if (it == s.atoms.end())
+    if (it == s.atoms.end() || !s.holdsIn(cfg))
       continue;
     int64_t n = cfg.size(s.axis);
     int64_t pad = s.padMultiple ? s.padMultiple(cfg) : 0;

@@ -496,7 +496,7 @@ void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
     os << "    l.shards.push_back({" << stringList(s.params) << ", "
        << quote(s.dim) << ", " << stringList(s.atoms) << ", "
        << meshAxisExpr(s.axis) << ", " << (s.replicate ? "true" : "false")
-       << "});\n";
+       << ", " << call(s.when) << ", " << quote(s.where) << "});\n";
   for (const rt::DerivedDecl &d : l.derived)
     os << "    l.derived.push_back({" << quote(d.name) << ", "
        << stringList(d.sources) << ", " << (d.hasRecompute ? "true" : "false")

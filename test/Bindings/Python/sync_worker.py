@@ -40,7 +40,8 @@ def run(index, sc, out):
     on_bucket = None
     handed = []
     if role[0] == "src":
-        state = mdl.load_rank(sc["hf"], backend=sc["src"][0], rank=role[1],
+        state = mdl.load_rank(sc["hf"], backend=sc["src"][0],
+                              rank=plan.layout_rank(role),
                               **sc["src"][1])
         if mine and fault["kind"] == "missing":
             del state[next(iter(state))]
@@ -53,7 +54,7 @@ def run(index, sc, out):
         # The engine's tensors: zeros (padding stays so, as mdl-convert
         # writes it), or stale weights for a partial sync.
         dst, parallel = sc["dst"]
-        base = role[1] % mdl.Model.num_ranks(**parallel)
+        base = plan.layout_rank(role)
         state = {t.name: torch.full(t.shape, sc.get("fill", 0),
                                     dtype=mdl._torch_dtype(t.dtype))
                  for t in plan.model.tensors(dst, base, **parallel)}

@@ -125,6 +125,9 @@ PLANS = [
     ("deepseek_v3", ("mcore_te", {"tp": 2, "pp": 2, "ep": 2}),
      ("vllm", {"tp": 2})),
     ("qwen3_5", ("vllm", {"tp": 2}), ("hf", {})),
+    # vLLM with expert parallelism (tp 2 x dp 2): whole experts.
+    ("qwen3_moe", ("mcore_te", {"tp": 2, "ep": 2, "etp": 1}),
+     ("vllm", {"tp": 2, "ep": 4})),
 ]
 
 
@@ -135,7 +138,7 @@ def test_plan_bytes_are_the_boxes(hf, model, src, dst):
     m = plan.model
     links = plan.links()
     for r in range(plan.num_dst_ranks):
-        want = slice_bytes(m, dst[0], dst[1], r)
+        want = slice_bytes(m, dst[0], dst[1], plan.layout_rank(("dst", r)))
         assert plan.bytes_in(r) == sum(want.values()), r
         assert {t.name for t in plan.tensors(("dst", r))} == set(want)
         assert sum(n for s, d, n in links if d == r) == plan.bytes_in(r)
@@ -346,6 +349,10 @@ SYNCS = {
     # Two engine replicas.
     "replicas": ("qwen3", ("mcore_te", {"tp": 2}), ("vllm", {"tp": 2}),
                  {"dst_replicas": 2}),
+    # Megatron tp 2 ep 2 etp 1 (its 2 processes) to vLLM tp 2 x dp 2 with
+    # expert parallelism (4 processes, whole experts).
+    "vllm_ep": ("qwen3_5_moe", ("mcore_te", {"tp": 2, "ep": 2, "etp": 1}),
+                ("vllm", {"tp": 2, "ep": 4}), {}),
 }
 
 
@@ -372,7 +379,7 @@ def test_sync_equals_mdl_convert(hf, synced, name):
         if r["role"][0] != "dst":
             continue
         rank = r["role"][1]
-        base = rank % mdl.Model.num_ranks(**dst[1])
+        base = plan.layout_rank(("dst", rank))
         assert r["error"] is None, r["error"]
         want = converted(hf[model], dst[0], dst[1], base,
                          str(tmp / f"conv-{name}"))

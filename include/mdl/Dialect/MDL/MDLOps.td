@@ -313,12 +313,20 @@ def MDL_MountOp : MDL_Op<"mount", [HasParent<"LayoutOp">]> {
 
 def MDL_ShardOp : MDL_Op<"shard", [HasParent<"LayoutOp">]> {
   let summary = "a backend's own split of parameters";
+  let description = [{
+    With a `when` region, the split holds only in the parallel
+    configurations where it yields true; it reads the parallel sizes alone
+    (`mdl.context` of tp, ep, ...), so it is decided once per configuration.
+  }];
   let arguments = (ins StrArrayAttr:$params, StrAttr:$dim,
                        MDL_MeshAxisKindAttr:$axis,
                        UnitAttr:$replicate);
+  let regions = (region AnyRegion:$when);
   let assemblyFormat = [{
-    $params `on` $dim `by` $axis (`replicate` $replicate^)? attr-dict
+    $params `on` $dim `by` $axis (`replicate` $replicate^)? (`when` $when^)?
+    attr-dict
   }];
+  let hasRegionVerifier = 1;
 }
 
 def MDL_ChoiceDefaultOp : MDL_Op<"choice_default", [HasParent<"LayoutOp">]> {

@@ -96,11 +96,19 @@ public:
         const Binding &to, const ParallelConfig &toConfig,
         const TransferOptions &options, std::string &error);
 
+  /// A side's ranks are its processes: the ranks of its layout that hold a
+  /// state (the backend's `rank_saved`: the (tp, ep) pairs some process
+  /// holds), in layout order (tp fastest, then ep, then pp).
   int64_t numSrcRanks() const { return int64_t(srcTensors.size()); }
   /// Destination ranks, replicas included.
   int64_t numDstRanks() const { return numDstBase * replicas; }
   /// The destination rank of one copy that destination rank `rank` is.
   int64_t baseRank(int64_t rank) const { return rank % numDstBase; }
+  /// The layout's rank that a side's rank `rank` is.
+  int64_t layoutRank(bool source, int64_t rank) const {
+    return source ? srcLayoutRanks[size_t(rank)]
+                  : dstLayoutRanks[size_t(baseRank(rank))];
+  }
 
   /// The tensors of source rank `rank` the plan reads, and those of
   /// destination rank `rank` it writes (segments index them).
@@ -146,6 +154,7 @@ public:
 private:
   TransferPlan() = default;
   std::vector<std::vector<TransferTensor>> srcTensors, dstTensors;
+  std::vector<int64_t> srcLayoutRanks, dstLayoutRanks;
   int64_t numDstBase = 0, replicas = 1;
   uint64_t cap = 0;
   std::string digestText;

@@ -55,6 +55,16 @@ struct Split {
   /// scales of a weight whose split replicates it when the axis has more
   /// ranks than its heads (vLLM's kv heads) follow a plain split.
   int64_t indivisibleAbove = 0;
+  /// The configurations where the split holds (a layout's `shard ... when`,
+  /// or where such a split does not hold, for the style it overrides);
+  /// null: all. `whenKey` tells conditions apart (equal keys, equal
+  /// conditions).
+  std::function<bool(const ParallelConfig &)> when;
+  std::string whenKey;
+
+  bool holdsIn(const ParallelConfig &config) const {
+    return !when || when(config);
+  }
 };
 
 /// A logical parameter of the instantiated model.

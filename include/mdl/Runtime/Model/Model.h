@@ -221,6 +221,9 @@ struct ShardDecl {
   std::vector<std::string> atoms;
   MeshAxis axis = MeshAxis::TP;
   bool replicate = false;
+  /// Where the split holds: a condition on the parallel sizes, or null.
+  Expr when = nullptr;
+  std::string where;
 };
 
 struct DerivedDecl {

@@ -120,6 +120,16 @@ class TransferPlan:
     param_paths = property(lambda self: self._p.params,
                            doc="The parameters segments name, by index.")
 
+    def layout_rank(self, role):
+        """The rank of its side's layout (as Model.rank_tensors and
+        mdl-convert --rank number them) that a process is. A side's
+        processes are the layout's ranks that hold a state, in order: where
+        a backend's (tp, ep) pairs are not all processes (vLLM with expert
+        parallelism, Megatron with etp < tp), process i is the i-th pair
+        that is one (vLLM: its global rank)."""
+        side, rank = _role(role)
+        return self._p.layout_rank(side == "src", rank)
+
     def tensors(self, role):
         """The tensors a process reads (a source) or writes (a
         destination): [Tensor(name, shape, dtype)]."""
