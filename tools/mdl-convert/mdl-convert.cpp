@@ -632,11 +632,14 @@ std::optional<int> Conversion::settleConfigurations() {
 }
 
 std::optional<int> Conversion::planRanks() {
-  // A backend's own format holds the files of the ranks that save.
+  // A backend's own format holds the files of the ranks that save; so does
+  // --format safetensors for a backend whose own files are safetensors at
+  // the top (vLLM: its (tp, ep) pairs that are no process have no file).
+  bool everyRank = o.adapters || o.toName == "hf" ||
+                   (o.safetensorsOut && !to->rankDir(o.target, 0).empty());
   for (int64_t r = 0; r < Binding::numRanks(o.target); ++r)
     if (o.onlyRank >= 0 ? r == o.onlyRank
-                        : o.adapters || o.toName == "hf" || o.safetensorsOut ||
-                              to->rankSaved(o.target, r))
+                        : everyRank || to->rankSaved(o.target, r))
       todo.push_back(r);
   adaptersToHf = to->adapterBackend() == "hf";
   if (!o.adapters)
@@ -684,6 +687,15 @@ std::optional<int> Conversion::openSources() {
                     source.str() + ")");
     }
     converter->restrictSources(present);
+  } else if (sourceFiles) {
+    // Files at the top, one set per rank that saves (vLLM's processes):
+    // the other (tp, ep) pairs have none.
+    std::set<int64_t> saved;
+    for (int64_t r = 0; r < Binding::numRanks(source); ++r)
+      if (from->rankSaved(source, r))
+        saved.insert(r);
+    if (int64_t(saved.size()) < Binding::numRanks(source))
+      converter->restrictSources(saved);
   }
   bool toHf = o.toName == "hf";
   // A backend that keeps its ranks' files at the top of the checkpoint has

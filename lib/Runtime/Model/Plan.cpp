@@ -366,11 +366,11 @@ Extent Planner::extent(int param, const std::string &atom,
   Extent e{0, p.sizes[a], p.sizes[a]};
   for (const Split &s : p.splits) {
     auto it = std::find(s.atoms.begin(), s.atoms.end(), atom);
-    if (it == s.atoms.end() || !s.holdsIn(cfg))
+    if (it == s.atoms.end())
       continue;
     int64_t n = cfg.size(s.axis);
     int64_t pad = s.padMultiple ? s.padMultiple(cfg) : 0;
-    if (n == 1 && pad <= 1)
+    if ((n == 1 && pad <= 1) || !s.holdsIn(cfg))
       continue;
     SplitResult r = splitAtoms(splitSizes(p, s), n, rankOn(ctx, s.axis),
                                s.replicateWhenFewer, pad);

@@ -235,14 +235,17 @@ def interpret(plan, states, rank, out):
     return out
 
 
-@pytest.mark.parametrize("model,src,dst", [PLANS[0], PLANS[2], PLANS[4]])
+@pytest.mark.parametrize("model,src,dst",
+                         [PLANS[0], PLANS[2], PLANS[4], PLANS[6]])
 def test_plan_interpreted_equals_mdl_convert(hf, model, src, dst, tmp_path):
     plan = mdl.TransferPlan(config=CONFIGS[model], src=src, dst=dst,
                             bucket_bytes=5000)
-    states = [mdl.load_rank(hf[model], backend=src[0], rank=s, **src[1])
+    states = [mdl.load_rank(hf[model], backend=src[0],
+                            rank=plan.layout_rank(("src", s)), **src[1])
               for s in range(plan.num_src_ranks)]
     for r in range(plan.num_dst_ranks):
-        want = converted(hf[model], dst[0], dst[1], r, str(tmp_path / "c"))
+        want = converted(hf[model], dst[0], dst[1],
+                         plan.layout_rank(("dst", r)), str(tmp_path / "c"))
         got = interpret(plan, states, r, {})
         assert set(got) == set(want), r
         for name, data in got.items():
@@ -446,7 +449,8 @@ def test_partial_sync_touches_only_its_parameters(hf, tmp_path):
             continue
         rank = r["role"][1]
         assert r["error"] is None, r["error"]
-        want = converted(hf[model], dst[0], dst[1], rank,
+        want = converted(hf[model], dst[0], dst[1],
+                         plan.layout_rank(("dst", rank)),
                          str(tmp_path / "conv"))
         touched = {t.name for t in plan.tensors(("dst", rank))}
         assert touched and r["report"]["written"] == [
