@@ -254,9 +254,10 @@ class Reference:
         self.model, self.backend, self.hf, self.par = model, backend, hf, par
         self.config = config
         self.text = config.get("text_config", config)
-        # Qwen's vision tower; Gemma 3's SigLIP tower is not described, so
-        # only its text model is built.
-        self.vision = None if model == "gemma3" else config.get("vision_config")
+        # Qwen's vision tower, or Gemma 3's SigLIP tower and projector
+        # (Gemma3ForConditionalGeneration builds them from vision_config).
+        self.vision = config.get("vision_config")
+        self.siglip = model == "gemma3"
         # transformers' configs tie by default (PretrainedConfig); Gemma 3's
         # releases rely on it, the others say.
         self.tied = config.get("tie_word_embeddings",
@@ -784,6 +785,67 @@ class Reference:
         put("merger.linear_fc2.weight", self.row(self.w(pre + "merger.linear_fc2.weight"), t))
         put("merger.linear_fc2.bias", self.w(pre + "merger.linear_fc2.bias"))
 
+    # Gemma 3's SigLIP tower and projector. HF: transformers' SiglipVisionModel
+    # (q/k/v/out_proj, layer_norm1/2, mlp.fc1/fc2, all with biases) under
+    # vision_tower.vision_model., the projector's mm_soft_emb_norm and its
+    # in x out mm_input_projection_weight; saves by transformers 4.52+ put
+    # both under model.
+    def siglip_tower(self, t, ci):
+        vc = self.vision
+        D = vc["hidden_size"]
+        Nh = vc["num_attention_heads"]
+        Dh = D // Nh
+        new = "model.vision_tower.vision_model.embeddings.patch_embedding.weight" in self.hf
+        pre = ("model." if new else "") + "vision_tower.vision_model."
+        proj = ("model." if new else "") + "multi_modal_projector."
+        names = [n[len(pre):] for n in self.hf if n.startswith(pre)]
+        # transformers' SiglipVisionTransformer without its pooling head.
+        layer = ["layer_norm1", "layer_norm2", "mlp.fc1", "mlp.fc2"] + [
+            "self_attn.%s_proj" % x for x in ("q", "k", "v", "out")]
+        expect = ["embeddings.patch_embedding.weight", "embeddings.patch_embedding.bias",
+                  "embeddings.position_embedding.weight", "post_layernorm.weight",
+                  "post_layernorm.bias"] + [
+            "encoder.layers.%d.%s.%s" % (i, m, wb) for i in range(vc["num_hidden_layers"])
+            for m in layer for wb in ("weight", "bias")]
+        assert sorted(names) == sorted(expect), sorted(set(names) ^ set(expect))[:5]
+        if self.mcore:
+            # Megatron-Bridge's Gemma3VLBridge: ReplicatedMapping of
+            # vision_tower.** to HF's vision_tower.vision_model.** (its model
+            # holds transformers' tower without the vision_model wrapper);
+            # the projector's proj a ColumnParallelLinear loaded from the
+            # transposed HF parameter (permute_dims=(1, 0)), the norm renamed
+            # mm_soft_embed_norm.
+            for n in names:
+                self.put("vision_tower." + n, self.w(pre + n), ci)
+            self.put("multi_modal_projector.mm_soft_embed_norm.weight",
+                     self.w(proj + "mm_soft_emb_norm.weight"), ci)
+            self.put("multi_modal_projector.proj.weight",
+                     self.col(self.w(proj + "mm_input_projection_weight").T, t), ci)
+            return
+        # vLLM's siglip.py: q/k/v_proj stacked into a QKVParallelLinear
+        # (each rank's heads of q, then k, then v), out_proj and fc2
+        # RowParallelLinear (bias whole), fc1 ColumnParallelLinear; the
+        # embeddings and norms whole; gemma3_mm's projector parameters whole.
+        out = "vision_tower.vision_model."
+        tp = self.par["tp"]
+        for n in names:
+            w = self.w(pre + n)
+            if ".self_attn.k_proj." in n or ".self_attn.v_proj." in n:
+                continue
+            if ".self_attn.q_proj." in n:
+                parts = [self.w(pre + n.replace("q_proj", x)) for x in ("q_proj", "k_proj", "v_proj")]
+                shards = [chunk(a.reshape((Nh, Dh) + a.shape[1:]), 0, tp, t).reshape((-1,) + a.shape[1:])
+                          for a in parts]
+                self.put(out + n.replace("q_proj", "qkv_proj"), np.concatenate(shards, 0), ci)
+            elif n.endswith("self_attn.out_proj.weight") or n.endswith("mlp.fc2.weight"):
+                self.put(out + n, self.row(w, t), ci)
+            elif ".mlp.fc1." in n:
+                self.put(out + n, self.col(w, t), ci)
+            else:
+                self.put(out + n, w, ci)
+        for n in ("mm_soft_emb_norm.weight", "mm_input_projection_weight"):
+            self.put("multi_modal_projector." + n, self.w(proj + n), ci)
+
     # -- a rank --------------------------------------------------------------
     def rank(self, rank):
         self.out = {}
@@ -831,7 +893,9 @@ class Reference:
             if first:
                 emb = self.vocab(self.w(hftext + "embed_tokens.weight"), t)
                 self.put(text + ("embedding.word_embeddings.weight" if self.mcore else "embed_tokens.weight"), emb, cidx)
-                if self.vision is not None:
+                if self.vision is not None and self.siglip:
+                    self.siglip_tower(t, cidx)
+                elif self.vision is not None:
                     self.vision_tower(t, cidx)
             for local, i in enumerate(stages[v]):
                 n = local if self.mcore and pp * vpp > 1 else i
