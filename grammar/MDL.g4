@@ -137,8 +137,8 @@ layoutEntry
   | name ('[' name ']')? 'at' STRING whenClause? ';'               # mountEntry
   | 'shard' qualifiedName (',' qualifiedName)* 'on' name
       ('by' name)? replicateClause? whenClause? ';'                # shardEntry
-  | 'derived' STRING 'from' qualifiedName (',' qualifiedName)*
-      recomputeClause? whenClause? ';'                             # derivedEntry
+  | 'derived' STRING ('from' qualifiedName (',' qualifiedName)*
+      | '=' tensorExpr) recomputeClause? whenClause? ';'            # derivedEntry
   | 'buffer' STRING whenClause? ';'                                # bufferEntry
   | letDecl                                                        # layoutLet
   | 'choice' name '=' expr ';'                                     # choiceDefault

@@ -33,7 +33,12 @@ def process(index, world, port, hf):
         state = {t.name: torch.zeros(t.shape, dtype=mdl._torch_dtype(t.dtype))
                  for t in model.tensors(ENGINE[0], plan.layout_rank(role),
                                         **ENGINE[1])}
+        # The engine's cache of each GDN conv1d weight [C, 1, K]: [K, C].
+        for n in [n for n in state if n.endswith("conv1d.weight")]:
+            state[n + "_t"] = state[n].flatten(1).t().contiguous()
     report = mdl.sync(plan, state, role, timeout=30)
+    if role[0] == "dst":  # rebuild the caches the new weights made stale
+        done = mdl.refresh(plan, state, role, report.stale)
     if role == ("dst", 0):
         # The same rank converted in memory from all the trainer's ranks.
         ranks = [model.load_rank(TRAINER[0], rank=r, **TRAINER[1])
@@ -47,7 +52,12 @@ def process(index, world, port, hf):
         print(f"dst 0: {report.bytes_received} bytes in {report.buckets} "
               f"buckets, verified {report.verified}, equal to a conversion: "
               f"{same}")
-        print("stale now:", *[d["name"] for d in report.stale], sep="\n  ")
+        bits = lambda t: t.contiguous().view(torch.int16)  # NaN == NaN
+        fresh = all(torch.equal(bits(state[n + "_t"]),
+                                bits(state[n].flatten(1).t()))
+                    for n in state if n.endswith("conv1d.weight"))
+        print(f"refreshed {len(done.refreshed)} of {len(report.stale)} stale "
+              f"caches, each the transposed weight: {fresh}")
     dist.destroy_process_group()
 
 

@@ -457,7 +457,7 @@ void Dumper::decl(const Decl *d) {
     for (const LayoutEntryPtr &e : l->entries) {
       line(e->getLoc());
       if (auto *t = dyn_cast<TensorEntry>(e.get())) {
-        os << "Tensor ";
+        os << (t->derived ? "DerivedTensor " : "Tensor ");
         tmpl(t->name);
         if (t->forStack)
           os << " for " << t->forStack->name << "[" << t->forVar->name << "]";
@@ -497,6 +497,10 @@ void Dumper::decl(const Decl *d) {
             os << " on " << o.name.name;
             break;
           }
+        }
+        if (t->hasRecompute) {
+          os << " recompute";
+          names(t->recompute, " ");
         }
         optional(" when ", t->when.get());
       } else if (auto *mt = dyn_cast<MountEntry>(e.get())) {

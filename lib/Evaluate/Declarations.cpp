@@ -416,6 +416,11 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
         d.when = fn(t.getWhen());
         d.whenReadsContext = t.getReadsContext();
       }
+      d.derived = t.getDerived();
+      if (auto r = t.getRecompute()) {
+        d.hasRecompute = true;
+        d.recompute = strings(*r);
+      }
       d.where = where(t);
     } else if (auto m = dyn_cast<MountOp>(op)) {
       rt::Expr when = fnOrNone(m.getWhen());

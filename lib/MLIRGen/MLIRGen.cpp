@@ -89,6 +89,8 @@ private:
                                llvm::SmallVectorImpl<const Expr *> &args);
   TermAttr term(const AxisTerm &t);
   mlir::ArrayAttr termList(const AxisProduct &p);
+  /// The events after which a derived tensor is rebuilt, or null.
+  mlir::ArrayAttr recomputeAttr(bool has, const std::vector<Ident> &events);
   void backend(const BackendDecl *b);
 
   const Program &program;
@@ -605,6 +607,16 @@ Generator::nameTemplate(const NameTemplate &t,
   return builder.getArrayAttr(segments);
 }
 
+mlir::ArrayAttr Generator::recomputeAttr(bool has,
+                                         const std::vector<Ident> &events) {
+  if (!has)
+    return {};
+  llvm::SmallVector<llvm::StringRef> names;
+  for (const Ident &i : events)
+    names.push_back(i.name);
+  return builder.getStrArrayAttr(names);
+}
+
 mlir::ArrayAttr Generator::termList(const AxisProduct &p) {
   llvm::SmallVector<mlir::Attribute> terms;
   for (const AxisTerm &t : p)
@@ -707,10 +719,11 @@ void Generator::layout(const LayoutDecl *d) {
         forStack = mlir::FlatSymbolRefAttr::get(&ctx, t->forStack->name);
         blockArgs.push_back({t->forVar->name, i64()});
       }
-      auto op = builder.create<TensorOp>(l, name, layoutAttr, forStack, copy, zero,
-                                         offset, stored, split, splitBy, on,
-                                         /*reads_context=*/false,
-                                         /*view_axes=*/mlir::ArrayAttr());
+      auto op = builder.create<TensorOp>(
+          l, name, layoutAttr, forStack, copy, zero, offset, stored, split,
+          splitBy, on, /*reads_context=*/false,
+          /*view_axes=*/mlir::ArrayAttr(), t->derived,
+          recomputeAttr(t->hasRecompute, t->recompute));
       if (!args.empty())
         yieldRegion(op.getNameArgs(), args, blockArgs);
       if (view) {
@@ -747,15 +760,9 @@ void Generator::layout(const LayoutDecl *d) {
       for (const QualifiedName &q : dv->sources)
         sources.push_back(q.str());
       llvm::SmallVector<llvm::StringRef> srcRefs(sources.begin(), sources.end());
-      mlir::ArrayAttr recompute;
-      if (dv->hasRecompute) {
-        llvm::SmallVector<llvm::StringRef> r;
-        for (const Ident &i : dv->recompute)
-          r.push_back(i.name);
-        recompute = builder.getStrArrayAttr(r);
-      }
       auto op = builder.create<DerivedOp>(
-          l, dv->name, builder.getStrArrayAttr(srcRefs), recompute);
+          l, dv->name, builder.getStrArrayAttr(srcRefs),
+          recomputeAttr(dv->hasRecompute, dv->recompute));
       yieldOptional(op.getWhen(), dv->when.get());
     } else if (auto *bf = dyn_cast<BufferEntry>(entry.get())) {
       auto op = builder.create<BufferOp>(l, bf->name);

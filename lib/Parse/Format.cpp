@@ -299,7 +299,7 @@ private:
       add(t.text, true, 2 * depth() + 1);
       return;
     }
-    if ((s == "when" || s == "if") && statementLevel) {
+    if ((s == "when" || s == "if" || s == "recompute") && statementLevel) {
       add(t.text, true, 0);
       return;
     }

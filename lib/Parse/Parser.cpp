@@ -216,6 +216,7 @@ private:
 
   // Layouts and backends --------------------------------------------------
   std::unique_ptr<LayoutDecl> layout(P::LayoutDeclContext *c);
+  TensorExpr tensorExpr(P::TensorExprContext *c);
   LayoutEntryPtr layoutEntry(P::LayoutEntryContext *c);
   AxisProduct axisProduct(const std::vector<P::AxisTermContext *> &cs);
   AxisTerm axisTerm(P::AxisTermContext *c);
@@ -775,6 +776,21 @@ ASTBuilder::axisProduct(const std::vector<P::AxisTermContext *> &cs) {
   return product;
 }
 
+TensorExpr ASTBuilder::tensorExpr(P::TensorExprContext *c) {
+  TensorExpr t;
+  t.range = range(c);
+  if (c->qualifiedName())
+    t.param = qualified(c->qualifiedName());
+  for (auto *a : c->axisExpr()) {
+    if (auto *s = dynamic_cast<P::SimpleAxisContext *>(a))
+      t.axes.push_back({axisTerm(s->axisTerm())});
+    else
+      t.axes.push_back(axisProduct(
+          static_cast<P::ProductAxisExprContext *>(a)->axisTerm()));
+  }
+  return t;
+}
+
 LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
   SMRange r = range(c);
   if (auto *x = dynamic_cast<P::TensorEntryContext *>(c)) {
@@ -784,17 +800,7 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
       e->forStack = ident(f->name(0));
       e->forVar = ident(f->name(1));
     }
-    auto *te = x->tensorExpr();
-    e->tensor.range = range(te);
-    if (te->qualifiedName())
-      e->tensor.param = qualified(te->qualifiedName());
-    for (auto *a : te->axisExpr()) {
-      if (auto *s = dynamic_cast<P::SimpleAxisContext *>(a))
-        e->tensor.axes.push_back({axisTerm(s->axisTerm())});
-      else
-        e->tensor.axes.push_back(axisProduct(
-            static_cast<P::ProductAxisExprContext *>(a)->axisTerm()));
-    }
+    e->tensor = tensorExpr(x->tensorExpr());
     for (auto *o : x->tensorOption()) {
       TensorOption opt;
       opt.range = range(o);
@@ -854,18 +860,30 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
     return e;
   }
   if (auto *x = dynamic_cast<P::DerivedEntryContext *>(c)) {
+    auto fill = [&](auto &e) {
+      if (auto *rc = x->recomputeClause()) {
+        e.hasRecompute = true;
+        for (auto *n : rc->name())
+          e.recompute.push_back(ident(n));
+      }
+      if (x->whenClause())
+        e.when = expr(x->whenClause()->expr());
+    };
+    // One the spec says how to compute is a tensor of the layout.
+    if (x->tensorExpr()) {
+      auto e = std::make_unique<TensorEntry>(r);
+      e->derived = true;
+      e->name = nameTemplate(x->STRING());
+      e->tensor = tensorExpr(x->tensorExpr());
+      fill(*e);
+      return e;
+    }
     auto e = std::make_unique<DerivedEntry>(r);
     e->name = unquote(x->STRING());
     e->nameRange = range(x->STRING());
     for (auto *q : x->qualifiedName())
       e->sources.push_back(qualified(q));
-    if (auto *rc = x->recomputeClause()) {
-      e->hasRecompute = true;
-      for (auto *n : rc->name())
-        e->recompute.push_back(ident(n));
-    }
-    if (x->whenClause())
-      e->when = expr(x->whenClause()->expr());
+    fill(*e);
     return e;
   }
   if (auto *x = dynamic_cast<P::BufferEntryContext *>(c)) {

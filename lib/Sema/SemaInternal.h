@@ -72,6 +72,7 @@ private:
   void checkValueCycles(const ModuleScope &scope);
 
   // Layouts (SemaLayout.cpp) -----------------------------------------------
+  void checkRecompute(const std::vector<ast::Ident> &triggers);
   void checkLayout(const ast::LayoutDecl *l);
   void checkChoiceDefault(const ast::LayoutDecl &l, const ast::ModuleDecl &m,
                           const ModuleScope &scope,

@@ -280,6 +280,13 @@ void Analyzer::checkChoiceDefault(const LayoutDecl &l, const ModuleDecl &m,
   }
 }
 
+void Analyzer::checkRecompute(const std::vector<Ident> &triggers) {
+  for (const Ident &r : triggers)
+    if (!isRecomputeTrigger(r.name))
+      error(r.loc()) << "unknown recompute trigger '" << r.name
+                     << "' (known: load, update)";
+}
+
 void Analyzer::checkLayout(const LayoutDecl *l) {
   if (!program.backends.count(l->backend.name))
     error(l->backend.loc()) << "unknown backend '" << l->backend.name << "'";
@@ -313,6 +320,7 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
   for (const LayoutEntryPtr &entry : l->entries) {
     if (auto *t = dyn_cast<TensorEntry>(entry.get())) {
       checkTensorEntry(scope, *t, env);
+      checkRecompute(t->recompute);
     } else if (auto *m = dyn_cast<MountEntry>(entry.get())) {
       const ModuleSymbol *sym = scope.lookup(m->member.name);
       if (!sym || (sym->kind != ModuleSymbol::Instance &&
@@ -376,10 +384,7 @@ void Analyzer::checkLayout(const LayoutDecl *l) {
         if (!resolveParamRef(program, scope, q, why))
           error(q.range.Start) << why;
       }
-      for (const Ident &r : d->recompute)
-        if (!isRecomputeTrigger(r.name))
-          error(r.loc()) << "unknown recompute trigger '" << r.name
-                         << "' (known: load, update)";
+      checkRecompute(d->recompute);
       if (d->when)
         expect(d->when.get(), env, Type::get(Type::Bool), "a when condition");
     } else if (auto *b = dyn_cast<BufferEntry>(entry.get())) {

@@ -516,6 +516,12 @@ struct TensorEntry : LayoutEntry {
   TensorExpr tensor;
   std::vector<TensorOption> options;
   ExprPtr when;
+  /// `derived "..." = ...;`: a cache the backend computes from the
+  /// parameter slices it holds, rebuilt after the `recompute` events; no
+  /// checkpoint holds it.
+  bool derived = false;
+  bool hasRecompute = false;
+  std::vector<Ident> recompute;
   static bool classof(const LayoutEntry *e) { return e->getKind() == Tensor; }
 };
 
@@ -542,7 +548,9 @@ struct ShardEntry : LayoutEntry {
   static bool classof(const LayoutEntry *e) { return e->getKind() == Shard; }
 };
 
-/// `derived "conv1d_t" from conv1d recompute update;`
+/// `derived "conv1d_t" from conv1d recompute update;`: a derived tensor the
+/// spec names the sources of but cannot compute (one it can is a
+/// TensorEntry with `derived`).
 struct DerivedEntry : LayoutEntry {
   DerivedEntry(SMRange r) : LayoutEntry(Derived, r) {}
   std::string name;

@@ -434,6 +434,31 @@ public:
     return PyTransferPlan(std::move(plan));
   }
 
+  /// The plan that computes each rank's derived tensors of `backend` (those
+  /// the spec says how to compute) from the rank's own tensors: a transfer
+  /// plan whose every link is a rank to itself.
+  PyTransferPlan
+  refreshPlan(const std::string &backend, const ParallelConfig &config,
+              const std::optional<std::set<std::string>> &onlyParams) {
+    const Binding &b = valid(backend, config);
+    std::unique_ptr<Binding> &view = derivedViews[b.layout().backend];
+    std::string error;
+    if (!view && !(view = b.derivedView(error)))
+      throw Error(error);
+    TransferOptions options;
+    options.bucketBytes = uint64_t(1) << 62; // copies, never on a wire
+    options.onlyParams = onlyParams ? &*onlyParams : nullptr;
+    options.local = true;
+    std::unique_ptr<TransferPlan> plan;
+    {
+      py::gil_scoped_release unlocked;
+      plan = TransferPlan::build(b, config, *view, config, options, error);
+    }
+    if (!plan)
+      throw Error(error);
+    return PyTransferPlan(std::move(plan));
+  }
+
   /// Writes the HF checkpoint of `sources` (rank -> tensors of `from`) to
   /// `outDir` as mdl-convert --to hf does: model.safetensors, or shards
   /// and their index above `maxShard` bytes, and config.json.
@@ -481,17 +506,17 @@ public:
   /// The derived tensors of a backend: (name, the parameters they are
   /// computed from, the events that refresh them).
   std::vector<std::tuple<std::string, std::vector<std::string>,
-                         std::vector<std::string>>>
+                         std::vector<std::string>, bool>>
   derived(const std::string &backend) {
     const Binding &b = binding(backend);
     std::vector<std::tuple<std::string, std::vector<std::string>,
-                           std::vector<std::string>>>
+                           std::vector<std::string>, bool>>
         out;
     for (const ModelLayout::DerivedTensor &d : b.derived()) {
       std::vector<std::string> params;
       for (int p : d.params)
         params.push_back(b.layout().params[size_t(p)].path);
-      out.emplace_back(d.name, params, d.recompute);
+      out.emplace_back(d.name, params, d.recompute, d.computed);
     }
     return out;
   }
@@ -595,6 +620,8 @@ private:
   std::unique_ptr<Binding> heldHf;
   std::set<std::string> dropped;
   std::map<std::string, std::unique_ptr<Binding>> bindings;
+  /// By backend: its derived tensors bound as a layout (refreshPlan).
+  std::map<std::string, std::unique_ptr<Binding>> derivedViews;
 };
 
 /// Every compiled-in model: name, spec file, backends, model types and
@@ -661,7 +688,8 @@ PYBIND11_MODULE(_mdl, m) {
       .def("planned_copies", &PyModel::plannedCopies)
       .def("save_hf", &PyModel::saveHf)
       .def("derived", &PyModel::derived)
-      .def("transfer_plan", &PyModel::transferPlan);
+      .def("transfer_plan", &PyModel::transferPlan)
+      .def("refresh_plan", &PyModel::refreshPlan);
   py::class_<PyTransferPlan>(m, "TransferPlan")
       .def_property_readonly("digest", &PyTransferPlan::digest)
       .def_property_readonly("num_src_ranks", &PyTransferPlan::numSrcRanks)

@@ -462,11 +462,16 @@ bool TransferBuilder::planRank(int64_t rank, std::string &error) {
         const Holder *best = nullptr;
         uint64_t bestCost = 0;
         for (const Holder &h : box.holders) {
+          if (options.local && plan.srcLayoutRanks[size_t(h.rank)] !=
+                                   plan.layoutRank(false, rank))
+            continue;
           uint64_t cost =
               load[size_t(h.rank)] + (linked[size_t(h.rank)] ? 0 : 1u << 20);
           if (!best || cost < bestCost)
             best = &h, bestCost = cost;
         }
+        if (!best)
+          return;
         linked[size_t(best->rank)] = true;
         covered += n;
         ok = segment(rank, int32_t(w), dt, dp, *best, lo, count, error);
@@ -475,12 +480,20 @@ bool TransferBuilder::planRank(int64_t rank, std::string &error) {
         return false;
       if (covered != dp.numElements()) {
         const Param &param = dm.params[size_t(dp.param)];
-        error = "no rank of " + from.layout().backend + " at " +
-                fromConfig.str() + " holds all of " + param.path + " " +
-                boxText(param, dp.lo, dp.count) + " for tensor '" + dt.name +
-                "' of rank " + std::to_string(rank) + " of " + dm.backend +
-                " (" + std::to_string(covered) + " of " +
-                std::to_string(dp.numElements()) + " elements)";
+        std::string box = param.path + " " + boxText(param, dp.lo, dp.count);
+        std::string elements = " (" + std::to_string(covered) + " of " +
+                               std::to_string(dp.numElements()) + " elements)";
+        error = options.local
+                    ? "rank " + std::to_string(plan.layoutRank(false, rank)) +
+                          " of " + dm.backend + " at " + toConfig.str() +
+                          " does not hold all of " + box +
+                          ", from which it computes '" + dt.name + "'" +
+                          elements
+                    : "no rank of " + from.layout().backend + " at " +
+                          fromConfig.str() + " holds all of " + box +
+                          " for tensor '" + dt.name + "' of rank " +
+                          std::to_string(rank) + " of " + dm.backend +
+                          elements;
         return false;
       }
     }

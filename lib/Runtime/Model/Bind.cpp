@@ -44,9 +44,9 @@ class Binder {
 public:
   Binder(Model &model, const BackendDecl &backend,
          std::shared_ptr<std::map<std::string, std::string>> choices,
-         BoundLayout &out)
+         bool derivedView, BoundLayout &out)
       : model(model), backend(backend), choices(std::move(choices)),
-        out(out) {
+        derivedView(derivedView), out(out) {
     for (const LayoutDecl &l : backend.layouts)
       layouts[l.module] = &l;
   }
@@ -660,6 +660,8 @@ private:
 
   void bindTensor(Instance &node, const TensorDecl &d,
                   const std::vector<NameSegment> &prefix, Instance *element) {
+    if (derivedView && !d.derived)
+      return;
     TensorSpec t;
     t.source = source(d.where);
     t.mounts = mountChain;
@@ -720,17 +722,36 @@ private:
       t.on = Placement{*d.on};
     else if (element)
       t.on = element->stage;
+    if (d.derived && !derivedView) {
+      // Not a tensor of the layout: a cache computed from its slices.
+      ModelLayout::DerivedTensor dt;
+      dt.name = text(t.name);
+      dt.params = tensorParams(t);
+      dt.hasRecompute = d.hasRecompute;
+      dt.recompute = d.recompute;
+      dt.computed = true;
+      dt.source = t.source;
+      out.layout.derived.push_back(std::move(dt));
+      return;
+    }
     out.layout.tensors.push_back(std::move(t));
     out.tensorNodes.push_back(element ? element : &node);
     tensorStacks.push_back(stackChain);
   }
 
-  /// `name` under the mount `prefix` (layer numbers as the layout's).
+  /// A name with the layer numbers of the layout.
+  static std::string text(const std::vector<NameSegment> &name) {
+    std::string p;
+    for (const NameSegment &seg : name)
+      p += seg.kind == NameSegment::Text     ? seg.text
+           : seg.kind == NameSegment::Family ? "{" + seg.atom + "}"
+                                             : std::to_string(seg.layer);
+    return p;
+  }
+  /// `name` under the mount `prefix`.
   static std::string prefixed(const std::vector<NameSegment> &prefix,
                               const std::string &name) {
-    std::string p;
-    for (const NameSegment &seg : prefix)
-      p += seg.kind == NameSegment::Text ? seg.text : std::to_string(seg.layer);
+    std::string p = text(prefix);
     return p.empty() ? name : p + "." + name;
   }
 
@@ -751,7 +772,7 @@ private:
             }).i)
           out.layout.buffers.insert(prefixed(prefix, b.name));
       for (const DerivedDecl &d : layout->derived) {
-        if (!at(d.where, [&] {
+        if (derivedView || !at(d.where, [&] {
               return evalOne(node, d.when, Value::boolean(true), nullptr,
                              choices.get());
             }).i)
@@ -901,6 +922,9 @@ private:
   Model &model;
   const BackendDecl &backend;
   std::shared_ptr<std::map<std::string, std::string>> choices;
+  /// Bind the derived tensors the spec computes as the layout's tensors,
+  /// and nothing else.
+  bool derivedView;
   BoundLayout &out;
   std::map<std::string, const LayoutDecl *> layouts;
   std::map<std::string, int> paramIndex;
@@ -954,9 +978,10 @@ mdl::rt::defaultChoices(Model &model, const BackendDecl &backend,
 std::optional<BoundLayout>
 mdl::rt::bindModel(Model &model, const BackendDecl &backend,
                    const std::map<std::string, std::string> &choices,
-                   std::string &error) {
+                   std::string &error, bool derivedView) {
   std::vector<EvalError> errors;
-  std::optional<BoundLayout> out = bindModel(model, backend, choices, errors);
+  std::optional<BoundLayout> out =
+      bindModel(model, backend, choices, errors, derivedView);
   if (!out)
     error = errors.front().text();
   return out;
@@ -965,7 +990,7 @@ mdl::rt::bindModel(Model &model, const BackendDecl &backend,
 std::optional<BoundLayout>
 mdl::rt::bindModel(Model &model, const BackendDecl &backend,
                    const std::map<std::string, std::string> &choices,
-                   std::vector<EvalError> &errors) {
+                   std::vector<EvalError> &errors, bool derivedView) {
   auto bound = std::make_shared<std::map<std::string, std::string>>();
   for (const auto &[name, value] : choices) {
     auto it = std::find_if(backend.choices.begin(), backend.choices.end(),
@@ -984,7 +1009,7 @@ mdl::rt::bindModel(Model &model, const BackendDecl &backend,
     return std::nullopt;
   }
   BoundLayout out;
-  Binder binder(model, backend, bound, out);
+  Binder binder(model, backend, bound, derivedView, out);
   try {
     *bound = defaultChoices(model, backend);
     for (const auto &[name, value] : choices)

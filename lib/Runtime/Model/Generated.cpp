@@ -132,6 +132,19 @@ Binding::bind(std::shared_ptr<Model> model, const BackendDecl &backend,
   return b;
 }
 
+std::unique_ptr<Binding> Binding::derivedView(std::string &error) const {
+  std::optional<BoundLayout> view =
+      bindModel(*instance, *backendDecl, bound.layout.choices, error,
+                /*derivedView=*/true);
+  if (!view)
+    return nullptr;
+  auto b = std::unique_ptr<Binding>(new Binding());
+  b->instance = instance;
+  b->backendDecl = backendDecl;
+  b->bound = std::move(*view);
+  return b;
+}
+
 std::vector<std::string> Binding::validate(const ParallelConfig &config) const {
   return Planner(bound.layout, config).invalidReasons();
 }

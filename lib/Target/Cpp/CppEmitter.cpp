@@ -487,6 +487,11 @@ void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
       if (t.whenReadsContext)
         os << "      t.whenReadsContext = true;\n";
     }
+    if (t.derived)
+      os << "      t.derived = true;\n";
+    if (t.hasRecompute)
+      os << "      t.hasRecompute = true;\n      t.recompute = "
+         << stringList(t.recompute) << ";\n";
     os << "      t.where = " << quote(t.where) << ";\n    }\n";
   }
   for (const rt::MountDecl &m : l.mounts)

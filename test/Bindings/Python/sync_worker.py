@@ -58,6 +58,13 @@ def run(index, sc, out):
         state = {t.name: torch.full(t.shape, sc.get("fill", 0),
                                     dtype=mdl._torch_dtype(t.dtype))
                  for t in plan.model.tensors(dst, base, **parallel)}
+        # The engine's transposed copy of each GDN conv1d weight [C, 1, K]:
+        # [K, C], stale (sevens) until mdl.refresh recomputes it.
+        for name in list(state):
+            if name.endswith("linear_attn.conv1d.weight"):
+                c, _, k = state[name].shape
+                state[name + "_t"] = torch.full((k, c), 7,
+                                                dtype=state[name].dtype)
         ptrs = {k: v.data_ptr() for k, v in state.items()}
     if mine and fault["kind"] in ("raise", "kill"):
         count = [0]
@@ -86,6 +93,9 @@ def run(index, sc, out):
         report = mdl.sync(plan, state, role, timeout=sc.get("timeout", 60),
                           on_bucket=on_bucket)
         result["report"] = report._asdict()
+        if role[0] == "dst" and state is not None:
+            result["refresh"] = mdl.refresh(plan, state, role,
+                                            report.stale)._asdict()
     except mdl.Error as e:
         result["error"] = str(e)
     except Exception:

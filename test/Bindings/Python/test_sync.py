@@ -387,8 +387,10 @@ def test_sync_equals_mdl_convert(hf, synced, name):
         want = converted(hf[model], dst[0], dst[1], base,
                          str(tmp / f"conv-{name}"))
         assert r["same_storage"], (name, p)
-        assert set(r["tensors"]) == {t.name for t in
-                                     plan.tensors(("dst", rank))}
+        shapes = {t.name: t.shape for t in plan.tensors(("dst", rank))}
+        caches = {n: r["tensors"].pop(n) for n in list(r["tensors"])
+                  if n.endswith("conv1d.weight_t")}
+        assert set(r["tensors"]) == set(shapes)
         for t, data in r["tensors"].items():
             # Padding (vocabulary rows past the end) is not written: it
             # keeps the zeros it held, as mdl-convert writes it.
@@ -403,6 +405,14 @@ def test_sync_equals_mdl_convert(hf, synced, name):
                       if n.endswith("linear_attn.conv1d.weight"))
         assert sorted(d["name"] for d in r["report"]["stale"]) == conv
         assert bool(conv) == model.startswith("qwen3_5"), (name, conv)
+        # mdl.refresh recomputed each in place: the weight [C, 1, K]
+        # transposed to [K, C], in the process's own storage.
+        assert sorted(r["refresh"]["refreshed"]) == conv == sorted(caches)
+        assert r["refresh"]["left"] == []
+        for n in conv:
+            c, _, k = shapes[n[:-2]]
+            w = np.frombuffer(want[n[:-2]], np.uint16).reshape(c, k)
+            assert caches[n] == w.T.tobytes(), (name, rank, n)
     senders = [r for r in res.values() if r["role"][0] == "src"]
     assert sum(r["report"]["bytes_sent"] for r in senders) == \
         sum(plan.bytes_in(d) for d in range(plan.num_dst_ranks))
@@ -457,6 +467,9 @@ def test_partial_sync_touches_only_its_parameters(hf, tmp_path):
             t.name for t in plan.tensors(("dst", rank))]
         dtypes = {t.name: t.dtype for t in
                   plan.model.tensors(dst[0], rank, **dst[1])}
+        # The conv1d caches: no conv1d weight is synced, none is stale.
+        dtypes.update({n + "_t": dtypes[n] for n in list(dtypes)
+                       if n.endswith("conv1d.weight")})
         fresh = 0
         partly = False
         for name, data in r["tensors"].items():
@@ -464,11 +477,11 @@ def test_partial_sync_touches_only_its_parameters(hf, tmp_path):
             seven = torch.full((1,), 7, dtype=mdl._torch_dtype(
                 dtypes[name])).view(torch.uint8).numpy()
             a = np.frombuffer(data, dtype=ints)
-            w = np.frombuffer(want[name], dtype=ints)
             stale = a == seven.view(ints)[0]
             if name not in touched:
                 assert stale.all(), name
                 continue
+            w = np.frombuffer(want[name], dtype=ints)
             assert not stale.all(), name
             partly |= bool(stale.any())  # q beside k, v and the gate
             assert (a[~stale] == w[~stale]).all(), name
@@ -476,6 +489,39 @@ def test_partial_sync_touches_only_its_parameters(hf, tmp_path):
         assert partly
         assert fresh == r["report"]["bytes_received"] == plan.bytes_in(rank)
         assert r["report"]["stale"] == []
+
+
+def test_refresh_in_one_process(hf):
+    """mdl.refresh on its own: every vLLM rank's GDN conv1d caches are
+    the transposes of its conv1d weights (numpy's), filled in place; names
+    may be given as strings; only a destination refreshes."""
+    model = "qwen3_5"
+    plan = mdl.TransferPlan(config=CONFIGS[model], src=("mcore_te", {"tp": 2}),
+                            dst=("vllm", {"tp": 4}))
+    derived = plan.model.derived("vllm")
+    assert derived and all(d["computed"] for d in derived)
+    for rank in range(plan.num_dst_ranks):
+        state = mdl.load_rank(hf[model], backend="vllm", rank=rank, tp=4)
+        weights = sorted(n for n in state
+                         if n.endswith("linear_attn.conv1d.weight"))
+        for n in weights:
+            c, _, k = state[n].shape
+            state[n + "_t"] = torch.zeros((k, c), dtype=state[n].dtype)
+        ptrs = {n: t.data_ptr() for n, t in state.items()}
+        done = mdl.refresh(plan, state, ("dst", rank),
+                           stale=[weights[0] + "_t", "no.such.cache"])
+        assert done.refreshed == [weights[0] + "_t"]
+        assert done.left == ["no.such.cache"]
+        done = mdl.refresh(plan, state, ("dst", rank))
+        assert sorted(done.refreshed) == [n + "_t" for n in weights]
+        assert done.left == []
+        for n in weights:
+            w = state[n].view(torch.int16).numpy()
+            assert (state[n + "_t"].view(torch.int16).numpy() ==
+                    w.reshape(w.shape[0], -1).T).all(), (rank, n)
+        assert ptrs == {n: t.data_ptr() for n, t in state.items()}
+    with pytest.raises(mdl.Error, match="no destination rank"):
+        mdl.refresh(plan, state, ("src", 0))
 
 
 def test_checksums_sum_bucket_words():

@@ -271,7 +271,9 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
     `when` regions take the element's index. `reads_context` (set by
     `mdl-prepare-emit`) says that `when` reads the parallel context, so it
     is decided per rank rather than once per binding; that pass also lowers
-    the `view` region to `view_axes`.
+    the `view` region to `view_axes`. A `derived` tensor is a cache the
+    backend computes from the slices it holds (no checkpoint holds it),
+    rebuilt after the `recompute` events.
   }];
   let arguments = (ins ArrayAttr:$name, MDL_LayoutAttr:$layout,
                        OptionalAttr<FlatSymbolRefAttr>:$for_stack,
@@ -283,14 +285,16 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
                        OptionalAttr<MDL_StageKindAttr>:$on,
                        UnitAttr:$reads_context,
                        OptionalAttr<TypedArrayAttrBase<MDL_ViewAxisAttr,
-                                    "view axes">>:$view_axes);
+                                    "view axes">>:$view_axes,
+                       UnitAttr:$derived,
+                       OptionalAttr<StrArrayAttr>:$recompute);
   let regions = (region AnyRegion:$nameArgs, AnyRegion:$view,
                         AnyRegion:$copyIf, AnyRegion:$when);
   let assemblyFormat = [{
     $name (`for` $for_stack^)? `=` $layout (`copy` $copy^)? (`zero` $zero^)? (`offset` $offset^)?
     (`stored` $stored^)? (`split` $split^)? (`by` $split_by^)? (`on` $on^)?
     (`args` $nameArgs^)? (`view` $view^)? (`view_axes` $view_axes^)?
-    (`copy_if` $copyIf^)?
+    (`copy_if` $copyIf^)? (`derived` $derived^)? (`recompute` $recompute^)?
     (`when` $when^)? attr-dict
   }];
   let hasVerifier = 1;

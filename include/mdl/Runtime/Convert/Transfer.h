@@ -39,6 +39,10 @@ struct TransferOptions {
   int64_t dstReplicas = 1;
   /// Only the slices of these parameters (paths); null: every parameter.
   const std::set<std::string> *onlyParams = nullptr;
+  /// Each destination rank reads only the source rank that is the same
+  /// rank of its layout: both sides are one backend at one configuration
+  /// (a rank's derived tensors refreshed from its own tensors).
+  bool local = false;
 };
 
 /// A tensor of a rank the plan reads or writes.

@@ -116,6 +116,10 @@ public:
   const std::vector<ModelLayout::DerivedTensor> &derived() const {
     return bound.layout.derived;
   }
+  /// The derived tensors the spec computes, bound as the tensors of a
+  /// layout of their own (the same instance and choices): a transfer plan
+  /// from this binding to it, local to each rank, refreshes them.
+  std::unique_ptr<Binding> derivedView(std::string &error) const;
 
 private:
   std::shared_ptr<Model> instance;

@@ -220,6 +220,9 @@ struct ModelLayout {
     std::vector<int> params;
     std::vector<std::string> recompute;
     bool hasRecompute = false;
+    /// The spec says how to compute it from the slices the rank holds
+    /// (bindModel's derived view binds it as a tensor).
+    bool computed = false;
     int source = -1;
   };
   std::vector<DerivedTensor> derived;

@@ -205,6 +205,11 @@ struct TensorDecl {
   std::optional<Placement::Kind> on;
   Expr when = nullptr;
   bool whenReadsContext = false;
+  /// A cache the backend computes from the slices it holds (no checkpoint
+  /// holds it), rebuilt after the `recompute` events.
+  bool derived = false;
+  bool hasRecompute = false;
+  std::vector<std::string> recompute;
   std::string where;
 };
 
@@ -536,16 +541,19 @@ std::optional<std::map<std::string, std::string>>
 defaultChoices(Model &model, const BackendDecl &backend, std::string &error);
 
 /// Binds `model` to `backend` with the given choices (others take their
-/// defaults); nothing, with `error` set, on failure.
+/// defaults); nothing, with `error` set, on failure. With `derivedView`,
+/// the layout's tensors are the derived tensors the spec computes
+/// (`derived "..." = ...`), and only they: where a backend's caches sit
+/// beside the tensors they are computed from.
 std::optional<BoundLayout>
 bindModel(Model &model, const BackendDecl &backend,
           const std::map<std::string, std::string> &choices,
-          std::string &error);
+          std::string &error, bool derivedView = false);
 /// The same, with every error (the block scales of several entries).
 std::optional<BoundLayout>
 bindModel(Model &model, const BackendDecl &backend,
           const std::map<std::string, std::string> &choices,
-          std::vector<EvalError> &errors);
+          std::vector<EvalError> &errors, bool derivedView = false);
 
 } // namespace mdl::rt
 

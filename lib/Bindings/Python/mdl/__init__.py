@@ -29,7 +29,7 @@ __version__ = _mdl.__version__
 
 __all__ = ["Error", "Model", "SyncPlan", "Tensor", "Copy", "models",
            "load_rank", "gather_hf", "save_hf", "TransferPlan", "sync",
-           "SyncReport", "__version__"]
+           "SyncReport", "refresh", "RefreshReport", "__version__"]
 
 #: A tensor of a rank: its name, shape and safetensors dtype ("BF16", ...).
 Tensor = collections.namedtuple("Tensor", "name shape dtype")
@@ -178,10 +178,11 @@ class Model:
 
     def derived(self, backend):
         """The tensors `backend` derives from weights (vLLM's conv1d
-        cache): name, the parameters they are computed from, and the events
-        that refresh them."""
-        return [{"name": n, "params": p, "recompute": r}
-                for n, p, r in self._m.derived(backend)]
+        cache): name, the parameters they are computed from, the events
+        that refresh them, and whether the spec says how to compute them
+        (mdl.refresh does)."""
+        return [{"name": n, "params": p, "recompute": r, "computed": c}
+                for n, p, r, c in self._m.derived(backend)]
 
     # Conversions in memory.
 
@@ -419,4 +420,5 @@ class SyncPlan:
                                   params=self.params, threads=threads)
 
 
-from .sync import SyncReport, TransferPlan, sync  # noqa: E402
+from .sync import (RefreshReport, SyncReport, TransferPlan,  # noqa: E402
+                   refresh, sync)

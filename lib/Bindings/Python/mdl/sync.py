@@ -111,6 +111,7 @@ class TransferPlan:
         self.dims = self._p.dims()
         self.buckets = self._p.buckets()
         self._schedules = {}
+        self._refresh = None
 
     digest = property(lambda self: self._p.digest)
     num_src_ranks = property(lambda self: self._p.num_src_ranks)
@@ -165,6 +166,15 @@ class TransferPlan:
         return [d for d in self.model.derived(self.dst[0])
                 if set(d["params"]) & set(params)]
 
+    def refresh_plan(self):
+        """The plan that recomputes the destination's derived tensors from
+        each rank's own tensors (those of the synced parameters), made once.
+        """
+        if self._refresh is None:
+            self._refresh = self.model._m.refresh_plan(
+                self.dst[0], self.dst[1], self.params)
+        return self._refresh
+
     def schedule(self, role):
         """The buckets of one process in the order it moves them: for each,
         (peer rank, bytes, direct, [_Segment]): the peer is the other
@@ -215,6 +225,74 @@ class TransferPlan:
                         bool(row[_B_DSRC] if source else row[_B_DDST]),
                         items))
         return out
+
+
+#: What refresh() did: the derived tensors it recomputed, and those stale
+#: that the spec cannot compute (the engine must rebuild them).
+RefreshReport = collections.namedtuple("RefreshReport", "refreshed left")
+
+
+def refresh(plan, state, role, stale=None):
+    """Recomputes in place the derived tensors of a destination process of
+    `plan` (a TransferPlan; `role` is ('dst', r)) that the spec says how to
+    compute (`derived "..." = ...`), from the process's own tensors, and
+    returns a RefreshReport.
+
+    `stale` lists what to recompute: a SyncReport's `stale` (dicts) or
+    names; by default every derived tensor computed from a parameter of
+    the plan. `state` maps names to the engine's tensors, the derived ones
+    included; those are filled in place (storage and data_ptr kept) with
+    torch operations only, on whatever device they are.
+    """
+    if torch is None:
+        raise Error("mdl.refresh needs torch")
+    side, rank = _role(role)
+    if side != "dst" or rank >= plan.num_dst_ranks:
+        raise Error(f"mdl.refresh recomputes a destination's derived "
+                    f"tensors: role {role!r} is no destination rank of the "
+                    f"plan (it has {plan.num_dst_ranks})")
+    if stale is None:
+        stale = plan.stale(plan.param_paths)
+    wanted = {d["name"] if isinstance(d, dict) else d for d in stale}
+    local = plan.refresh_plan()
+    me = rank % local.num_dst_ranks  # a replica's rank of one copy
+    sources = local.tensors(True, me)
+    targets = local.tensors(False, me)
+    segments = local.segments()
+    dims = local.dims().tolist()
+    shifts = local.shifts().tolist()
+
+    def flat(tensor):
+        name, shape, dtype = tensor
+        if name not in state:
+            raise Error(f"the state has no tensor '{name}' ({list(shape)} "
+                        f"{dtype}), which refreshing reads or writes")
+        held = state[name]
+        if list(held.shape) != list(shape) or held.dtype != _dtype(dtype):
+            raise Error(f"tensor '{name}' is {list(held.shape)} "
+                        f"{str(held.dtype).replace('torch.', '')}, but the "
+                        f"plan has it as {list(shape)} {dtype}")
+        if not held.is_contiguous():
+            raise Error(f"tensor '{name}' is not contiguous")
+        return held.view(-1)
+
+    chosen = {i for i, t in enumerate(targets) if t[0] in wanted}
+    rows = segments.tolist()
+    for k, s in enumerate(rows):
+        if s[_S_DST] != me or s[_S_DSTT] not in chosen:
+            continue
+        d = dims[s[_S_DIM0]:s[_S_DIM0] + s[_S_NDIM]]
+        shape = tuple(x[0] for x in d)
+        src, dst = flat(sources[s[_S_SRCT]]), flat(targets[s[_S_DSTT]])
+        into = dst.as_strided(shape, tuple(x[2] for x in d),
+                              dst.storage_offset() + s[_S_DSTOFF])
+        value = src.as_strided(shape, tuple(x[1] for x in d),
+                               src.storage_offset() + s[_S_SRCOFF])
+        into.copy_(value.to(torch.float64).add_(shifts[k]) if shifts[k]
+                   else value)
+    refreshed = [targets[i][0] for i in sorted(chosen)]
+    left = sorted(wanted - set(refreshed))
+    return RefreshReport(refreshed=refreshed, left=left)
 
 
 #: One segment as one side sees it: its tensor (an index into the side's
