@@ -89,7 +89,9 @@ Options:
   --overwrite         write into OUT_DIR although it is not empty (files of
                       the same names are replaced, others left as they
                       are); without it, an OUT_DIR that holds anything is
-                      refused
+                      refused, and a process of --rank or --ranks-from-env
+                      (which share OUT_DIR) refuses a file of its share
+                      that exists
   --replace-copies    accept that a tensor of the source the layout has as
                       a copy of another (an MTP layer's embed_tokens or
                       shared_head.head in an HF checkpoint) but that

@@ -751,6 +751,13 @@ std::optional<int> Conversion::checkOutput() {
   // Processes that each write their share into one directory cannot tell
   // another's files from what was there before.
   bool likeRank = o.onlyRank >= 0 || (shared && !processes->communicate());
+  // Such a process refuses only to write over a file of its own share.
+  if (likeRank && !o.overwrite)
+    for (const Converter::TargetFile &f : output.files)
+      if (exists(f.path))
+        return fail("'" + f.path +
+                    "' exists (an earlier conversion's or another "
+                    "checkpoint's file): --overwrite writes over it");
   if (!likeRank && !o.overwrite && isDir(outDir)) {
     if (exists(outDir + "/plan.json"))
       return fail("'" + outDir +
