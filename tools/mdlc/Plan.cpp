@@ -124,10 +124,16 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
     int64_t r = rt::rankNumber(ctx, options.parallel);
     if (options.rank >= 0 && r != options.rank)
       continue;
+    // A layout rank no process holds (vLLM's (tp, ep) pairs beyond its
+    // tp x dp processes) has no state to list.
+    bool process = spec.binding->rankSaved(options.parallel, r);
     if (r != lastRank && !picture) {
       lastRank = r;
-      llvm::outs() << "rank " << r << " (" << rankText(ctx) << "):\n";
+      llvm::outs() << "rank " << r << " (" << rankText(ctx) << ")"
+                   << (process ? ":" : ": no process holds it") << "\n";
     }
+    if (!process)
+      continue;
     for (const rt::LocalTensor &lt : planner.tensors(ctx, nullptr)) {
       const rt::TensorSpec &spec = m.tensors[lt.spec];
       std::string name = rt::planName(m, lt);
