@@ -176,6 +176,7 @@ tensorOption
   : 'copy' ('(' expr ')')?                    # copyOption
   | 'zero'                                    # zeroOption
   | 'offset' '(' expr ')'                     # offsetOption
+  | 'neg_exp'                                 # negExpOption
   | 'as' dtypeName                            # dtypeOption
   | 'view' '[' expr (',' expr)* ']'           # viewOption
   | 'split' INT ('by' name)?                  # splitOption
@@ -238,6 +239,7 @@ name
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'scale' | 'pipeline' | 'extends'
   | 'from' | 'dtype' | 'choice' | 'deploy' | 'detect' | 'buffer' | 'zero'
+  | 'neg_exp'
   ;
 
 INT     : [0-9]+ ;

@@ -480,6 +480,9 @@ void Dumper::decl(const Decl *d) {
           case TensorOption::Offset:
             wrapped(" offset(", o.value.get(), ")");
             break;
+          case TensorOption::NegExp:
+            os << " neg_exp";
+            break;
           case TensorOption::DType:
             os << " as " << o.name.name;
             break;

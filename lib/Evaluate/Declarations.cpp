@@ -398,6 +398,7 @@ LogicalResult DeclBuilder::layout(LayoutOp l, rt::LayoutDecl &out) {
       d.copyIf = fnOrNone(t.getCopyIf());
       if (auto o = t.getOffset())
         d.offset = int64_t(*o);
+      d.negExp = t.getNegExp();
       if (auto s = t.getStored())
         d.stored = toDType(*s);
       if (ArrayAttr view = t.getViewAxesAttr())

@@ -664,7 +664,7 @@ void Generator::layout(const LayoutDecl *d) {
       if (t->tensor.param)
         param = builder.getStringAttr(t->tensor.param->str());
       auto layoutAttr = LayoutAttr::get(&ctx, param, builder.getArrayAttr(axes));
-      bool copy = false, zero = false;
+      bool copy = false, zero = false, negExp = false;
       const Expr *copyIf = nullptr;
       mlir::IntegerAttr offset, split;
       ElementTypeAttr stored;
@@ -696,6 +696,9 @@ void Generator::layout(const LayoutDecl *d) {
           offset = builder.getI64IntegerAttr(v);
           break;
         }
+        case TensorOption::NegExp:
+          negExp = true;
+          break;
         case TensorOption::DType:
           stored = dtype(o.name.name);
           break;
@@ -720,8 +723,8 @@ void Generator::layout(const LayoutDecl *d) {
         blockArgs.push_back({t->forVar->name, i64()});
       }
       auto op = builder.create<TensorOp>(
-          l, name, layoutAttr, forStack, copy, zero, offset, stored, split,
-          splitBy, on, /*reads_context=*/false,
+          l, name, layoutAttr, forStack, copy, zero, offset, negExp, stored,
+          split, splitBy, on, /*reads_context=*/false,
           /*view_axes=*/mlir::ArrayAttr(), t->derived,
           recomputeAttr(t->hasRecompute, t->recompute));
       if (!args.empty())

@@ -65,7 +65,7 @@ bool isContextualKeyword(StringRef w) {
       "class",      "capability", "needs", "replicate", "on",    "by",
       "column",     "row",      "vocab",  "shard",  "replicated", "bias",
       "scale",      "pipeline", "extends", "from",  "dtype",   "choice",
-      "buffer",     "zero"};
+      "buffer",     "zero",     "neg_exp"};
   return words.contains(w);
 }
 

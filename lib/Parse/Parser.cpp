@@ -813,6 +813,8 @@ LayoutEntryPtr ASTBuilder::layoutEntry(P::LayoutEntryContext *c) {
       } else if (auto *off = dynamic_cast<P::OffsetOptionContext *>(o)) {
         opt.kind = TensorOption::Offset;
         opt.value = expr(off->expr());
+      } else if (dynamic_cast<P::NegExpOptionContext *>(o)) {
+        opt.kind = TensorOption::NegExp;
       } else if (auto *dt = dynamic_cast<P::DtypeOptionContext *>(o)) {
         opt.kind = TensorOption::DType;
         opt.name = ident(dt->dtypeName()->name());

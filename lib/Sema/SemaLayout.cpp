@@ -185,13 +185,32 @@ void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
       diag.attachNote(loc(p.loc)) << "for this parameter";
     }
 
-  const TensorOption *copy = nullptr, *zero = nullptr;
+  const TensorOption *copy = nullptr, *zero = nullptr, *offset = nullptr,
+                     *negExp = nullptr;
+  // neg_exp is the tensor's one value transform, and a tensor of zeros has
+  // none.
+  auto transforms = [&](const TensorOption &o) {
+    const TensorOption *other =
+        o.kind == TensorOption::NegExp ? (offset ? offset : zero) : negExp;
+    if (!other)
+      return;
+    auto word = [](const TensorOption *x) {
+      return x->kind == TensorOption::Zero     ? "zero"
+             : x->kind == TensorOption::Offset ? "offset"
+                                               : "neg_exp";
+    };
+    auto diag = error(o.range.Start);
+    diag << "a tensor stores one value transform: '" << word(&o) << "' and '"
+         << word(other) << "' exclude each other";
+    diag.attachNote(loc(other->range.Start)) << "'" << word(other) << "' is here";
+  };
   for (const TensorOption &o : e.options) {
     switch (o.kind) {
     case TensorOption::Zero:
       if (copy)
         error(o.range.Start) << "a tensor of zeros is no copy: 'zero' and "
                                 "'copy' exclude each other";
+      transforms(o);
       zero = &o;
       break;
     case TensorOption::Copy:
@@ -204,6 +223,12 @@ void Analyzer::checkTensorEntryBody(const ModuleScope &scope,
       break;
     case TensorOption::Offset:
       expect(o.value.get(), env, Type::get(Type::Int), "an offset");
+      transforms(o);
+      offset = &o;
+      break;
+    case TensorOption::NegExp:
+      transforms(o);
+      negExp = &o;
       break;
     case TensorOption::DType:
       if (!parseDType(o.name.name))

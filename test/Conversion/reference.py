@@ -846,11 +846,114 @@ class Reference:
         for n in ("mm_soft_emb_norm.weight", "mm_input_projection_weight"):
             self.put("multi_modal_projector." + n, self.w(proj + n), ci)
 
+    # -- Nemotron-H ------------------------------------------------------------
+    def mamba(self, pre, t):
+        """Megatron-Bridge's MambaInProjMapping and MambaConv1dMapping: a
+        rank's in_proj is [z_r | x_r | B_r | C_r | dt_r], its conv1d
+        [x_r | B_r | C_r] (weight and bias), its slice of each part of HF's
+        [z | x | B | C | dt] and [x | B | C]; A_log, D, dt_bias and the gated
+        norm column-parallel, out_proj row-parallel. vLLM's
+        mamba_v2_sharded_weight_loader cuts in_proj and conv1d the same way
+        (n_groups divisible by tp), its other weights through
+        sharded_weight_loader(0), and holds A = -exp(A_log) in f32 (the
+        composed loader of MambaMixer2), renamed A."""
+        tc = self.text
+        Nh, Hd = tc["mamba_num_heads"], tc["mamba_head_dim"]
+        GN = tc["n_groups"] * tc["ssm_state_size"]
+        d_in = Nh * Hd
+        c = lambda x: self.col(x, t)
+        w = lambda n: self.w(pre + n)
+        parts = np.split(w("in_proj.weight"), np.cumsum([d_in, d_in, GN, GN]))
+        res = {"in_proj.weight": np.concatenate([c(x) for x in parts])}
+        conv = np.concatenate([c(x) for x in np.split(w("conv1d.weight"),
+                                                      np.cumsum([d_in, GN]))])
+        bias = np.concatenate([c(x) for x in np.split(w("conv1d.bias"),
+                                                      np.cumsum([d_in, GN]))])
+        if self.mcore:
+            res["conv1d_weight"], res["conv1d_bias"] = conv, bias
+            res["A_log"] = c(w("A_log"))
+        else:
+            res["conv1d.weight"], res["conv1d.bias"] = conv, bias
+            a_log = w("A_log")
+            if a_log.dtype == np.uint16:  # bf16 bits
+                a_log = bf16_to_f32(a_log)
+            # -exp in f32, correctly rounded (torch's f32 exp is within an
+            # ulp of it).
+            res["A"] = (-np.exp(c(a_log).astype(np.float64))).astype(np.float32)
+        res["D"] = c(w("D"))
+        res["dt_bias"] = c(w("dt_bias"))
+        res["norm.weight"] = c(w("norm.weight"))
+        res["out_proj.weight"] = self.row(w("out_proj.weight"), t)
+        return res
+
+    def nemotron_h(self, t, p):
+        """Nemotron-H: HF backbone.layers.{i}.{norm, mixer}, the mixer's
+        kind from hybrid_override_pattern. Megatron (Megatron-Bridge's
+        NemotronHBridge, HybridModel): Mamba mixers under mixer., attention
+        under self_attention. (linear_qkv per query group), MLPs under mlp.
+        (linear_fc1 = up alone); under Transformer Engine the layer's norm
+        is fused into in_proj, linear_qkv or linear_fc1, else it is
+        norm, input_layernorm or pre_mlp_layernorm; decoder.final_norm.
+        vLLM (nemotron_h.py): backbone -> model, embeddings ->
+        embed_tokens, every mixer under mixer. with q/k/v stacked into
+        qkv_proj."""
+        tc = self.text
+        L, pattern = tc["num_hidden_layers"], tc["hybrid_override_pattern"]
+        mc, te = self.mcore, self.backend == "mcore_te"
+        stages = self.stages() if mc else [list(range(L))]
+        pp = self.par["pp"] if mc else 1
+        if p == 0:
+            self.put("embedding.word_embeddings.weight" if mc else "model.embed_tokens.weight",
+                     self.vocab(self.w("backbone.embeddings.weight"), t))
+        for local, i in enumerate(stages[p]):
+            hf = "backbone.layers.%d." % i
+            out = ("decoder.layers.%d." % (local if pp > 1 else i) if mc
+                   else "model.layers.%d." % i)
+            norm = self.w(hf + "norm.weight")
+            kind = pattern[i]
+            if kind == "M":
+                for n, a in self.mamba(hf + "mixer.", t).items():
+                    self.put(out + "mixer." + n, a)
+                if mc:
+                    self.put(out + ("mixer.in_proj.layer_norm_weight" if te else "norm.weight"), norm)
+            elif kind == "*":
+                qkv, proj, _ = self.attention(hf + "mixer.", t, False)
+                if mc:
+                    self.put(out + "self_attention.linear_qkv.weight", qkv)
+                    self.put(out + "self_attention.linear_proj.weight", proj)
+                    self.put(out + ("self_attention.linear_qkv.layer_norm_weight" if te
+                                    else "input_layernorm.weight"), norm)
+                else:
+                    self.put(out + "mixer.qkv_proj.weight", qkv)
+                    self.put(out + "mixer.o_proj.weight", proj)
+            else:
+                assert kind == "-", kind
+                up = self.col(self.w(hf + "mixer.up_proj.weight"), t)
+                down = self.row(self.w(hf + "mixer.down_proj.weight"), t)
+                if mc:
+                    self.put(out + "mlp.linear_fc1.weight", up)
+                    self.put(out + "mlp.linear_fc2.weight", down)
+                    self.put(out + ("mlp.linear_fc1.layer_norm_weight" if te
+                                    else "pre_mlp_layernorm.weight"), norm)
+                else:
+                    self.put(out + "mixer.up_proj.weight", up)
+                    self.put(out + "mixer.down_proj.weight", down)
+            if not mc:
+                self.put(out + "norm.weight", norm)
+        if p == pp - 1:
+            self.put("decoder.final_norm.weight" if mc else "model.norm_f.weight",
+                     self.w("backbone.norm_f.weight"))
+            self.put("output_layer.weight" if mc else "lm_head.weight",
+                     self.vocab(self.w("lm_head.weight"), t))
+        return self.out
+
     # -- a rank --------------------------------------------------------------
     def rank(self, rank):
         self.out = {}
         tc = self.text
         t, p, e = self.coords(rank)
+        if self.model == "nemotron_h":
+            return self.nemotron_h(t, p)
         L = tc["num_hidden_layers"]
         q35 = self.model.startswith("qwen3_5") or self.model == "qwen3_next" or self.q38
         # A multimodal architecture (...ForConditionalGeneration) nests the

@@ -63,6 +63,24 @@ def dist_reference(model, config, hf):
         if ".experts.linear_fc" in name and sep and num.isdigit():
             experts.setdefault(head + ".weight", {})[int(num)] = a
             continue
+        # Mamba-2 (MambaMixer.sharded_state_dict): in_proj a key per part
+        # (z, x, B, C, dt), and so the convolution's weight and bias (x, B,
+        # C), keyed by their older names conv1d.weight and conv1d.bias.
+        if name.endswith("mixer.in_proj.weight"):
+            d_in = tc["mamba_num_heads"] * tc["mamba_head_dim"]
+            GN = tc["n_groups"] * tc["ssm_state_size"]
+            for part, x in zip(["z", "x", "B", "C", "dt"],
+                               np.split(a, np.cumsum([d_in, d_in, GN, GN]))):
+                res[name + "." + part] = x
+            continue
+        if name.endswith(("mixer.conv1d_weight", "mixer.conv1d_bias")):
+            d_in = tc["mamba_num_heads"] * tc["mamba_head_dim"]
+            GN = tc["n_groups"] * tc["ssm_state_size"]
+            head, _, what = name.rpartition("conv1d_")
+            key = head + "conv1d." + what
+            for part, x in zip(["x", "B", "C"], np.split(a, np.cumsum([d_in, GN]))):
+                res[key + "." + part] = x
+            continue
         # GDN: in_proj and conv1d a key per part.
         if name.endswith("self_attention.in_proj.weight") and not ref.q38:
             Hk, Dk = tc["linear_num_key_heads"], tc["linear_key_head_dim"]

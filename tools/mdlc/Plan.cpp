@@ -154,6 +154,8 @@ int mdl::runPlan(const Options &options, mlir::ModuleOp top,
         llvm::outs() << fmt::format(" (stored = value {} {})",
                                     spec.offset > 0 ? '+' : '-',
                                     std::abs(spec.offset));
+      if (spec.negExp)
+        llvm::outs() << " (stored = -exp(value))";
       llvm::outs() << "\n";
       for (const rt::Piece &p : lt.pieces) {
         const rt::Param &param = m.params[p.param];

@@ -476,7 +476,7 @@ struct TensorExpr {
 };
 
 struct TensorOption {
-  enum Kind { Copy, Zero, Offset, DType, View, Split, On };
+  enum Kind { Copy, Zero, Offset, NegExp, DType, View, Split, On };
   Kind kind;
   ExprPtr value;                // Offset; Copy's condition, if any
   Ident name;                   // DType, Split's mesh axis, On's stage

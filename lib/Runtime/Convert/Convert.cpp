@@ -340,7 +340,8 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
     if (data)
       (t.copy ? copies : copied)
           .push_back({rank, ckpt.get(), &ref->info->name, data,
-                      ref->info->numBytes(), t.dtype, t.offset, t.pieces});
+                      ref->info->numBytes(), t.dtype, t.offset, t.negExp,
+                      t.pieces});
     if (t.copy)
       continue;
     // A distributed checkpoint's tensor is read from its chunks: each box
@@ -356,7 +357,8 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
       std::vector<View> &held = views[from.layout().params[size_t(pc.param)].path];
       if (std::any_of(held.begin(), held.end(), [&](const View &v) {
             return v.piece.lo == pc.lo && v.piece.count == pc.count &&
-                   v.dtype == t.dtype && v.offset == t.offset;
+                   v.dtype == t.dtype && v.offset == t.offset &&
+                   v.negExp == t.negExp;
           }))
         continue;
       if (!chunks) {
@@ -364,7 +366,7 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
                         ref->shard->mapped() ? &ref->shard->path : nullptr,
                         &ref->info->name,
                         ref->shard->header().dataStart + ref->info->dataBegin,
-                        t.dtype, t.offset, pc, rank});
+                        t.dtype, t.offset, t.negExp, pc, rank});
         continue;
       }
       std::vector<std::pair<size_t, Piece>> parts;
@@ -375,8 +377,8 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
       for (auto &[c, piece] : parts) {
         const Checkpoint::Chunk &ch = (*chunks)[c];
         held.push_back({ch.data, ch.bytes, ch.file, &ref->info->name,
-                        ch.fileOffset, t.dtype, t.offset, std::move(piece),
-                        rank});
+                        ch.fileOffset, t.dtype, t.offset, t.negExp,
+                        std::move(piece), rank});
       }
     }
   }
@@ -410,6 +412,7 @@ std::optional<std::string> Converter::differingCopy() const {
   for (const HeldTensor &c : copies)
     for (const HeldTensor &t : copied) {
       if (t.bytes != c.bytes || t.dtype != c.dtype || t.offset != c.offset ||
+          t.negExp != c.negExp ||
           !sameBoxes(t.pieces, c.pieces))
         continue;
       if (std::memcmp(t.data, c.data, c.bytes) == 0)
@@ -562,8 +565,8 @@ bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
         continue;
       }
     }
-    if (!gather(target.param, target, t.dtype, t.offset, job.copies, sources,
-                t.name, error))
+    if (!gather(target.param, target, t.dtype, t.offset, t.negExp, job.copies,
+                sources, t.name, error))
       return false;
     held += target.numElements();
   }
@@ -573,10 +576,11 @@ bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
 }
 
 /// The copies from the source views of `param` into `box`, a piece of a
-/// tensor of `dtype` storing values plus `offset`; false (with `error`)
-/// unless they cover it.
+/// tensor of `dtype` storing values plus `offset` (or, with `negExp`,
+/// -exp of them); false (with `error`) unless they cover it.
 bool Converter::gather(int param, const Piece &box, DType dtype,
-                       int64_t offset, std::vector<SourceCopy> &copies,
+                       int64_t offset, bool negExp,
+                       std::vector<SourceCopy> &copies,
                        std::set<std::pair<const uint8_t *, uint64_t>> &sources,
                        const std::string &tensor, std::string &error) const {
   const std::string &path = to.layout().params[size_t(param)].path;
@@ -584,10 +588,11 @@ bool Converter::gather(int param, const Piece &box, DType dtype,
   if (auto it = views.find(path); it != views.end())
     for (const View &v : it->second) {
       SourceCopy copy{BoxCopy(), v.data, v.file, v.fileOffset};
-      if (!copy.box.init(v.piece, v.dtype, v.offset, box, dtype, offset))
+      if (!copy.box.init(v.piece, v.dtype, v.offset, box, dtype, offset,
+                         v.negExp, negExp))
         continue;
       if ((isF8(v.dtype) || isF8(dtype)) &&
-          (v.dtype != dtype || v.offset != offset)) {
+          (v.dtype != dtype || v.offset != offset || v.negExp != negExp)) {
         error = "tensor '" + tensor + "' would convert 8-bit floats, " +
                 "which move as bytes only";
         return false;
@@ -642,9 +647,9 @@ bool Converter::planDequant(
   }
   scale.stride.assign(scale.lo.size(), 0);
   d.scaleBox = contiguous(scale);
-  if (!gather(target.param, d.weightBox, DType::F8E4M3, 0, d.weightCopies,
+  if (!gather(target.param, d.weightBox, DType::F8E4M3, 0, false, d.weightCopies,
               sources, t.name, error) ||
-      !gather(w.scale, d.scaleBox, DType::F32, 0, d.scaleCopies, sources,
+      !gather(w.scale, d.scaleBox, DType::F32, 0, false, d.scaleCopies, sources,
               t.name, error))
     return false;
   job.dequants.push_back(std::move(d));

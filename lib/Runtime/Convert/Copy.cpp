@@ -183,7 +183,8 @@ bool nests(const std::vector<Dim> &dims, const Dim &inner, Stride stride) {
 } // namespace
 
 bool BoxCopy::init(const Piece &src, DType srcType, int64_t srcOffset,
-                   const Piece &dst, DType dstType, int64_t dstOffset) {
+                   const Piece &dst, DType dstType, int64_t dstOffset,
+                   bool srcNegExp, bool dstNegExp) {
   std::vector<Dim> dims;
   s0 = src.base;
   d0 = dst.base;
@@ -218,7 +219,10 @@ bool BoxCopy::init(const Piece &src, DType srcType, int64_t srcOffset,
   this->srcType = srcType;
   this->dstType = dstType;
   shift = double(dstOffset) - double(srcOffset);
-  bytes = srcType == dstType && srcOffset == dstOffset;
+  this->srcNegExp = srcNegExp;
+  this->dstNegExp = dstNegExp;
+  bytes = srcType == dstType && srcOffset == dstOffset &&
+          srcNegExp == dstNegExp;
   contiguous = bytes && inner.s == 1 && inner.d == 1;
   runSpan = (inner.n - 1) * inner.d;
   // In target order, as in any view of a tensor, runs before a window are
@@ -304,10 +308,17 @@ int64_t BoxCopy::run(const uint8_t *src, uint8_t *dst, int64_t begin,
         continue;
       const uint8_t *from = src + (si + k * inner.s) * srcSize;
       uint8_t *to = dst + (at - begin) * dstSize;
-      if (bytes)
+      if (bytes) {
         std::memcpy(to, from, srcSize);
-      else
-        storeValue(loadValue(srcType, from) + shift, dstType, to);
+      } else {
+        double v = loadValue(srcType, from);
+        if (srcNegExp)
+          v = std::log(-v);
+        v += shift;
+        if (dstNegExp)
+          v = -std::exp(v);
+        storeValue(v, dstType, to);
+      }
       ++copied;
     }
   } while (advance());

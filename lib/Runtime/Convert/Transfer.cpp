@@ -378,6 +378,14 @@ bool TransferBuilder::segment(int64_t dstRank, int32_t dstTensor,
   const RankTensor &st = srcRanks[size_t(h.rank)][size_t(h.tensor)];
   const Piece &sp = st.pieces[size_t(h.piece)];
   double shift = double(dt.offset - st.offset);
+  if (st.negExp != dt.negExp) {
+    error = "tensor '" + dt.name + "' " +
+            (dt.negExp ? "stores -exp of its values" : "stores its values") +
+            " but its source '" + st.name + "' " +
+            (st.negExp ? "stores -exp of them" : "stores them plainly") +
+            ": a sync does not apply that transform (mdl-convert does)";
+    return false;
+  }
   if (st.dtype != dt.dtype || shift != 0) {
     bool floats = isFloat(st.dtype) && isFloat(dt.dtype);
     if (isF8(st.dtype) || isF8(dt.dtype) || !floats) {

@@ -487,7 +487,8 @@ private:
           if (tensorParams(t).empty() || wholeShape(t) != shape ||
               dtypeOf(t) != dtypeOf(first) || t.copy != first.copy ||
               t.zero != first.zero ||
-              t.offset != first.offset || t.dequantized != first.dequantized ||
+              t.offset != first.offset || t.negExp != first.negExp ||
+              t.dequantized != first.dequantized ||
               bool(t.when) != bool(first.when) ||
               t.splitAxis != first.splitAxis)
             return false;
@@ -531,6 +532,7 @@ private:
       t.copy = first.copy;
       t.zero = first.zero;
       t.offset = first.offset;
+      t.negExp = first.negExp;
       t.dequantized = first.dequantized;
       t.stored = first.stored;
       t.when = first.when;
@@ -712,6 +714,7 @@ private:
                                 args);
                }).i != 0;
     t.offset = d.offset;
+    t.negExp = d.negExp;
     t.stored = d.stored;
     t.view = d.view;
     if (d.split) {

@@ -223,7 +223,7 @@ std::string blockTerms(const ModelLayout &m, const TensorSpec &t,
 /// The companion of tensor `t` holding scaled weights; "" or why not.
 std::string makeCompanion(const ModelLayout &m, const TensorSpec &t,
                           const std::vector<int> &scaleOf, TensorSpec &c) {
-  if (t.offset != 0 || t.stored || !t.view.empty())
+  if (t.offset != 0 || t.negExp || t.stored || !t.view.empty())
     return "transforms or reinterprets its weights, which their scales "
            "cannot follow";
   const Param &first = m.params[size_t(tensorParams(t).front())];

@@ -226,7 +226,7 @@ public:
 
   void addTensor(const TensorSpec &t) {
     out << 'T' << (t.copy ? "c" : "") << (t.zero ? "z" : "")
-        << (t.dequantized ? "q" : "") << t.offset
+        << (t.dequantized ? "q" : "") << (t.negExp ? "n" : "") << t.offset
         << ':' << (t.stored ? specName(*t.stored) : "") << ':' << param(t.param)
         << '[';
     // The element's own index, staged or spelled out, is left out.

@@ -690,6 +690,7 @@ std::vector<RankTensor> mdl::rt::rankTensors(const Planner &planner,
         t.dtype = lt.dtype;
         t.copy = m.tensors[lt.spec].copy;
         t.offset = m.tensors[lt.spec].offset;
+        t.negExp = m.tensors[lt.spec].negExp;
         t.dequantized = m.tensors[lt.spec].dequantized;
         // A zero tensor holds no slice: it is written as zeros.
         if (!m.tensors[lt.spec].zero)

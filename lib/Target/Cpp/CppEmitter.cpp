@@ -464,6 +464,8 @@ void Emitter::printLayout(const rt::LayoutDecl &l, raw_ostream &os) {
       os << "      t.copyIf = " << call(t.copyIf) << ";\n";
     if (t.offset)
       os << "      t.offset = " << t.offset << ";\n";
+    if (t.negExp)
+      os << "      t.negExp = true;\n";
     if (t.stored)
       os << "      t.stored = " << dtypeExpr(*t.stored) << ";\n";
     if (!t.view.empty()) {

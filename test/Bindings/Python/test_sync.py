@@ -288,6 +288,14 @@ def test_plan_errors(hf):
                        "dequantized, which a sync cannot make"):
         mdl.TransferPlan(config=config_of("deepseek_v3"),
                          src=("vllm", {}), dst=("mcore_te", {}))
+    # vLLM holds Nemotron-H's A = -exp(A_log) (neg_exp), which a sync does
+    # not compute.
+    with pytest.raises(mdl.Error, match="tensor 'model.layers.0.mixer.A' "
+                       "stores -exp of its values but its source "
+                       "'decoder.layers.0.mixer.A_log' stores them plainly: "
+                       "a sync does not apply that transform"):
+        mdl.TransferPlan(config=config_of("nemotron_h"),
+                         src=("mcore_te", {}), dst=("vllm", {}))
 
 
 def test_partial_plan_is_in_proportion(hf):

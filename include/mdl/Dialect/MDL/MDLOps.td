@@ -263,7 +263,8 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
     `name` is a template: strings, family dimensions (`@E`: one tensor per
     index) and integers (the n-th value yielded by `nameArgs`). The options
     are those of the `.mdl` entry: `copy`, `zero` (zeros on the ranks
-    that hold it: written, never read), `offset`, `stored` (dtype),
+    that hold it: written, never read), `offset`, `neg_exp` (stored =
+    -exp(logical)), `stored` (dtype),
     `view` (sizes yielded by `view`), `split` (an axis split evenly by
     `split_by`), `on` (first or last stage); `copyIf` makes the tensor a
     copy only where it holds. With `for_stack`, there is one tensor per
@@ -279,6 +280,7 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
                        OptionalAttr<FlatSymbolRefAttr>:$for_stack,
                        UnitAttr:$copy, UnitAttr:$zero,
                        OptionalAttr<I64Attr>:$offset,
+                       UnitAttr:$neg_exp,
                        OptionalAttr<MDL_ElementTypeAttr>:$stored,
                        OptionalAttr<I64Attr>:$split,
                        OptionalAttr<MDL_MeshAxisKindAttr>:$split_by,
@@ -292,7 +294,7 @@ def MDL_TensorOp : MDL_Op<"tensor", [HasParent<"LayoutOp">]> {
                         AnyRegion:$copyIf, AnyRegion:$when);
   let assemblyFormat = [{
     $name (`for` $for_stack^)? `=` $layout (`copy` $copy^)? (`zero` $zero^)? (`offset` $offset^)?
-    (`stored` $stored^)? (`split` $split^)? (`by` $split_by^)? (`on` $on^)?
+    (`neg_exp` $neg_exp^)? (`stored` $stored^)? (`split` $split^)? (`by` $split_by^)? (`on` $on^)?
     (`args` $nameArgs^)? (`view` $view^)? (`view_axes` $view_axes^)?
     (`copy_if` $copyIf^)? (`derived` $derived^)? (`recompute` $recompute^)?
     (`when` $when^)? attr-dict

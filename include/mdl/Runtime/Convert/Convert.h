@@ -147,6 +147,7 @@ private:
     uint64_t bytes = 0;
     DType dtype = DType::BF16;
     int64_t offset = 0;
+    bool negExp = false;
     std::vector<Piece> pieces;
   };
   std::vector<HeldTensor> copies, copied;
@@ -162,6 +163,7 @@ private:
     uint64_t fileOffset = 0; // of its bytes in `file`
     DType dtype = DType::BF16;
     int64_t offset = 0;
+    bool negExp = false;
     Piece piece;
     int64_t rank = 0;
   };
@@ -172,7 +174,7 @@ private:
                    std::set<std::pair<const uint8_t *, uint64_t>> &sources,
                    bool &done, std::string &error) const;
   bool gather(int param, const Piece &box, DType dtype, int64_t offset,
-              std::vector<SourceCopy> &copies,
+              bool negExp, std::vector<SourceCopy> &copies,
               std::set<std::pair<const uint8_t *, uint64_t>> &sources,
               const std::string &tensor, std::string &error) const;
   /// Writes the target elements in [begin, end) of the job's dequantized

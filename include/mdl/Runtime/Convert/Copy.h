@@ -45,9 +45,12 @@ double e4m3ToDouble(uint8_t b);
 /// the target's elements at a time.
 class BoxCopy {
 public:
-  /// False when the boxes do not intersect.
+  /// False when the boxes do not intersect. A side with `negExp` stores
+  /// -exp of its values (and no offset): the source's are read as
+  /// log(-stored), the target's written as -exp(value), in double.
   bool init(const Piece &src, DType srcType, int64_t srcOffset,
-            const Piece &dst, DType dstType, int64_t dstOffset);
+            const Piece &dst, DType dstType, int64_t dstOffset,
+            bool srcNegExp = false, bool dstNegExp = false);
   /// Copies the target elements in [begin, end) (`dst` holds element
   /// `begin`) and returns their number; the source elements read are then
   /// in [readLo, readHi).
@@ -78,6 +81,7 @@ private:
   int64_t s0 = 0, d0 = 0, runSpan = 0;
   DType srcType = DType::BF16, dstType = DType::BF16;
   double shift = 0;
+  bool srcNegExp = false, dstNegExp = false;
   bool bytes = false, contiguous = false, ordered = false;
 };
 

@@ -149,6 +149,10 @@ struct TensorSpec {
   bool zero = false;
   /// Stored value = logical value + offset (zero-centred norms).
   int64_t offset = 0;
+  /// Stored value = -exp(logical value), computed in double and rounded
+  /// once (vLLM's Mamba-2 A from A_log); read back as log(-stored), which
+  /// is exact only where the stored precision resolves the logical value.
+  bool negExp = false;
   /// The tensor holds FP8 block-quantized weights dequantized (value times
   /// its block's scale), in the `stored` dtype: a backend that keeps no
   /// block scales (see addBlockScales).

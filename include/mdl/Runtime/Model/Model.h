@@ -197,6 +197,8 @@ struct TensorDecl {
   bool zero = false;
   Expr copyIf = nullptr;
   int64_t offset = 0;
+  /// Stored value = -exp(logical value) (see TensorSpec::negExp).
+  bool negExp = false;
   std::optional<DType> stored;
   std::vector<TensorSpec::ViewAxis> view;
   std::optional<int> split;

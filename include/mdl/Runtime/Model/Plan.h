@@ -75,6 +75,8 @@ struct RankTensor {
   bool copy = false;
   /// Stored value = logical value + offset.
   int64_t offset = 0;
+  /// Stored value = -exp(logical value).
+  bool negExp = false;
   /// It holds FP8 block-quantized weights dequantized.
   bool dequantized = false;
   /// The slices it holds, with parameter indices into the layout.
