@@ -265,9 +265,12 @@ class Reference:
         self.out = {}
         self.moe = ("num_experts" in self.text or "n_routed_experts" in self.text
                     or "num_local_experts" in self.text)
-        # GLM-4.5's layout: DeepSeek-V3 and Kimi-K2 (DeepSeek-V3's tensors
-        # under another config) share it.
-        self.glm = model.startswith("glm4") or model in ("deepseek_v3", "kimi_k2", "deepseek_v32")
+        # GLM-4.5's layout: DeepSeek-V3, Kimi-K2 (DeepSeek-V3's tensors
+        # under another config) and GLM-5 (DeepSeek-V3.2's) share it. The
+        # MTP copies of the embedding and head are never read here: vLLM's
+        # MTP head is loaded from lm_head (for GLM-5, whose MTP layer stores
+        # none, vLLM PR #34385 points it at lm_head).
+        self.glm = model.startswith("glm4") or model in ("deepseek_v3", "kimi_k2", "deepseek_v32", "glm5")
         # DeepSeek-V3.2's sparse-attention indexer beside MLA.
         self.indexer = "index_n_heads" in self.text
         self.fp8 = (config.get("quantization_config") or {}).get("quant_method") == "fp8"
