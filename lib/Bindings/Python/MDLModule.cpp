@@ -253,6 +253,37 @@ public:
     }
   }
 
+  /// The binding of `backend` with the modules it builds under LoRA (its
+  /// `lora` choice on).
+  const Binding &loraBinding(const std::string &backend,
+                             const ParallelConfig &c) {
+    std::string b = cli::normalizeBackendName(backend);
+    std::unique_ptr<Binding> &slot = loraBindings[b];
+    if (!slot) {
+      std::map<std::string, std::string> withLora = choices;
+      const BackendDecl &decl = backendDecl(b);
+      selectLoraModules(decl.choices, withLora);
+      std::string error;
+      if (!(slot = Binding::bind(instance, decl, withLora, error)))
+        throw Error(error);
+    }
+    throwInvalid(*slot, c);
+    return *slot;
+  }
+  static LoraNaming loraNaming(const std::vector<std::string> &fields) {
+    if (fields.size() != 4)
+      throw Error("a LoRA naming is (A name, B name, prefix, dtype)");
+    LoraNaming n;
+    n.names.a = fields[0];
+    n.names.b = fields[1];
+    n.prefix = fields[2];
+    std::optional<DType> dtype = parseDType(fields[3]);
+    if (!dtype)
+      throw Error("unknown dtype '" + fields[3] + "' for LoRA factors");
+    n.dtype = *dtype;
+    return n;
+  }
+
   const std::string &name() const { return unit->model.name; }
   std::vector<std::string> backends() const {
     std::vector<std::string> out = {"hf"};
@@ -412,16 +443,30 @@ public:
   }
 
   /// The transfer plan from `from` to `to` (TransferPlan).
+  /// With `loraRank` > 0, a plan of LoRA adapters only; each side's
+  /// naming is (A name, B name, prefix, dtype).
   PyTransferPlan
   transferPlan(const std::string &from, const ParallelConfig &fromConfig,
                const std::string &to, const ParallelConfig &toConfig,
                uint64_t bucketBytes, int64_t replicas,
-               const std::optional<std::set<std::string>> &onlyParams) {
-    const Binding &src = valid(from, fromConfig), &dst = valid(to, toConfig);
+               const std::optional<std::set<std::string>> &onlyParams,
+               int64_t loraRank, const std::vector<std::string> &srcLora,
+               const std::vector<std::string> &dstLora) {
+    bool lora = loraRank != 0;
+    const Binding &src = lora ? loraBinding(from, fromConfig)
+                              : valid(from, fromConfig),
+                  &dst = lora ? loraBinding(to, toConfig)
+                              : valid(to, toConfig);
     TransferOptions options;
     options.bucketBytes = bucketBytes;
     options.dstReplicas = replicas;
     options.onlyParams = onlyParams ? &*onlyParams : nullptr;
+    if (lora) {
+      options.loraHf = &loraBinding("hf", ParallelConfig());
+      options.loraRank = loraRank;
+      options.srcLora = loraNaming(srcLora);
+      options.dstLora = loraNaming(dstLora);
+    }
     std::string error;
     std::unique_ptr<TransferPlan> plan;
     {
@@ -622,6 +667,8 @@ private:
   std::map<std::string, std::unique_ptr<Binding>> bindings;
   /// By backend: its derived tensors bound as a layout (refreshPlan).
   std::map<std::string, std::unique_ptr<Binding>> derivedViews;
+  /// By backend: bound with its LoRA modules (loraBinding).
+  std::map<std::string, std::unique_ptr<Binding>> loraBindings;
 };
 
 /// Every compiled-in model: name, spec file, backends, model types and

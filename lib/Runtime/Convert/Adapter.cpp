@@ -70,16 +70,7 @@ bool linearTensors(const Binding &b, const ParallelConfig &config,
                    std::string &error) {
   const ModelLayout &m = b.layout();
   for (const RankTensor &t : b.rankTensors(config, rank)) {
-    if (t.copy || t.pieces.empty() || t.shape.size() != 2)
-      continue;
-    bool linear = std::all_of(t.pieces.begin(), t.pieces.end(),
-                              [&](const Piece &pc) {
-                                const Param &p = m.params[size_t(pc.param)];
-                                return p.linearOutAxes >= 0 && !p.bias &&
-                                       p.expert.empty();
-                              });
-    if (!linear || t.name.size() < 7 ||
-        t.name.compare(t.name.size() - 7, 7, ".weight") != 0)
+    if (!isAdaptableWeight(m, t))
       continue;
     LinearTensor lt;
     lt.module = t.name.substr(0, t.name.size() - 7);
@@ -155,6 +146,16 @@ void copyElement(const LoraFactor &from, int64_t r, int64_t c, LoraFactor &to,
 }
 
 } // namespace
+
+bool mdl::rt::isAdaptableWeight(const ModelLayout &m, const RankTensor &t) {
+  if (t.copy || t.pieces.empty() || t.shape.size() != 2 || t.name.size() < 7 ||
+      t.name.compare(t.name.size() - 7, 7, ".weight") != 0)
+    return false;
+  return std::all_of(t.pieces.begin(), t.pieces.end(), [&](const Piece &pc) {
+    const Param &p = m.params[size_t(pc.param)];
+    return p.linearOutAxes >= 0 && !p.bias && p.expert.empty();
+  });
+}
 
 std::optional<Adapters> mdl::rt::readAdapters(const SafetensorsFile &file,
                                               std::string &error,

@@ -95,7 +95,18 @@ private:
     std::vector<int32_t> order; // by boxes[i].lo[atom]
   };
 
+  /// The parameters segments move: the layouts', or their LoRA factors.
+  const ModelLayout &srcParams() const {
+    return srcView ? srcView->layout() : from.layout();
+  }
+  const ModelLayout &dstParams() const {
+    return dstView ? dstView->layout() : to.layout();
+  }
   bool selectParams(std::string &error);
+  /// The tensors of a side's layout rank the plan may read or write (the
+  /// LoRA factors of its weights, with LoRA views).
+  bool tensorsOf(bool source, const Planner &planner, int64_t layoutRank,
+                 std::vector<RankTensor> &out, std::string &error) const;
   bool readSources(std::string &error);
   bool indexSources(std::string &error);
   template <typename Fn>
@@ -117,6 +128,8 @@ private:
   ParallelConfig fromConfig, toConfig;
   const TransferOptions &options;
   TransferPlan &plan;
+  /// With options.loraHf: the LoRA factors of each side.
+  std::unique_ptr<LoraView> srcView, dstView;
 
   std::vector<bool> srcSelected, dstSelected, srcSkip, dstSkip;
   std::vector<std::vector<RankTensor>> srcRanks, dstRanks;
@@ -139,6 +152,7 @@ private:
 } // namespace mdl::rt
 
 bool TransferBuilder::selectParams(std::string &error) {
+  // The parameters of the two layouts (not of their LoRA views).
   const ModelLayout &sm = from.layout(), &dm = to.layout();
   srcSelected.assign(sm.params.size(), true);
   dstSelected.assign(dm.params.size(), true);
@@ -155,6 +169,11 @@ bool TransferBuilder::selectParams(std::string &error) {
     for (size_t i = 0; i < sm.params.size(); ++i)
       srcSelected[i] = options.onlyParams->count(sm.params[i].path) > 0;
   }
+  if (srcView)
+    for (auto [view, selected] : {std::pair{srcView.get(), &srcSelected},
+                                  std::pair{dstView.get(), &dstSelected}})
+      for (size_t i = 0; i < selected->size(); ++i)
+        (*selected)[i] = (*selected)[i] && view->adapted(int(i));
   // Tensor specs that hold no selected parameter are not planned at all,
   // so a plan of some parameters costs in proportion to them.
   auto skips = [](const ModelLayout &m, const std::vector<bool> &selected) {
@@ -168,28 +187,49 @@ bool TransferBuilder::selectParams(std::string &error) {
   };
   srcSkip = skips(sm, srcSelected);
   dstSkip = skips(dm, dstSelected);
+  if (srcView) {
+    srcSelected = srcView->select(srcSelected);
+    dstSelected = dstView->select(dstSelected);
+  }
   std::unordered_map<std::string, int> byPath;
-  for (size_t i = 0; i < sm.params.size(); ++i)
-    byPath.emplace(sm.params[i].path, int(i));
-  srcParamOf.assign(dm.params.size(), -1);
-  for (size_t i = 0; i < dm.params.size(); ++i)
-    if (auto it = byPath.find(dm.params[i].path); it != byPath.end())
+  for (size_t i = 0; i < srcParams().params.size(); ++i)
+    byPath.emplace(srcParams().params[i].path, int(i));
+  const std::vector<Param> &dstList = dstParams().params;
+  srcParamOf.assign(dstList.size(), -1);
+  for (size_t i = 0; i < dstList.size(); ++i)
+    if (auto it = byPath.find(dstList[i].path); it != byPath.end())
       srcParamOf[i] = it->second;
-  paramIndexOf.assign(dm.params.size(), -1);
+  paramIndexOf.assign(dstList.size(), -1);
   return true;
 }
 
+bool TransferBuilder::tensorsOf(bool source, const Planner &planner,
+                                int64_t layoutRank,
+                                std::vector<RankTensor> &out,
+                                std::string &error) const {
+  std::vector<RankTensor> tensors =
+      rankTensors(planner, layoutRank, source ? &srcSkip : &dstSkip);
+  const LoraView *view = source ? srcView.get() : dstView.get();
+  if (!view) {
+    out = std::move(tensors);
+    return true;
+  }
+  return view->tensors(tensors, source ? options.srcLora : options.dstLora,
+                       out, error);
+}
+
 bool TransferBuilder::readSources(std::string &error) {
-  const ModelLayout &sm = from.layout();
-  Planner planner(sm, fromConfig);
+  Planner planner(from.layout(), fromConfig);
   int64_t n = plan.numSrcRanks();
+  size_t numParams = srcParams().params.size();
   srcRanks.resize(size_t(n));
   srcIndex.resize(size_t(n));
-  sources.resize(sm.params.size());
-  std::vector<std::map<std::vector<int64_t>, int32_t>> boxOf(sm.params.size());
+  sources.resize(numParams);
+  std::vector<std::map<std::vector<int64_t>, int32_t>> boxOf(numParams);
   for (int64_t r = 0; r < n; ++r) {
-    srcRanks[size_t(r)] =
-        rankTensors(planner, plan.srcLayoutRanks[size_t(r)], &srcSkip);
+    if (!tensorsOf(true, planner, plan.srcLayoutRanks[size_t(r)],
+                   srcRanks[size_t(r)], error))
+      return false;
     const std::vector<RankTensor> &tensors = srcRanks[size_t(r)];
     srcIndex[size_t(r)].assign(tensors.size(), -1);
     for (size_t t = 0; t < tensors.size(); ++t) {
@@ -213,7 +253,6 @@ bool TransferBuilder::readSources(std::string &error) {
       }
     }
   }
-  (void)error;
   return true;
 }
 
@@ -240,7 +279,7 @@ void TransferBuilder::overlapping(const SourceParam &sp,
 }
 
 bool TransferBuilder::indexSources(std::string &error) {
-  const ModelLayout &sm = from.layout();
+  const ModelLayout &sm = srcParams();
   for (size_t p = 0; p < sources.size(); ++p) {
     SourceParam &sp = sources[p];
     if (sp.boxes.empty())
@@ -288,15 +327,16 @@ bool TransferBuilder::indexSources(std::string &error) {
 }
 
 bool TransferBuilder::readDestinations(std::string &error) {
-  const ModelLayout &dm = to.layout(), &sm = from.layout();
-  Planner planner(dm, toConfig);
+  const ModelLayout &dm = dstParams(), &sm = srcParams();
+  Planner planner(to.layout(), toConfig);
   int64_t n = plan.numDstBase;
   dstRanks.resize(size_t(n));
   written.resize(size_t(n));
   plan.dstTensors.resize(size_t(n));
   for (int64_t r = 0; r < n; ++r) {
-    dstRanks[size_t(r)] =
-        rankTensors(planner, plan.dstLayoutRanks[size_t(r)], &dstSkip);
+    if (!tensorsOf(false, planner, plan.dstLayoutRanks[size_t(r)],
+                   dstRanks[size_t(r)], error))
+      return false;
     const std::vector<RankTensor> &tensors = dstRanks[size_t(r)];
     for (size_t t = 0; t < tensors.size(); ++t) {
       const RankTensor &rt = tensors[t];
@@ -365,7 +405,7 @@ int32_t TransferBuilder::paramIndex(int param) {
   int32_t &index = paramIndexOf[size_t(param)];
   if (index < 0) {
     index = int32_t(plan.params.size());
-    plan.params.push_back(to.layout().params[size_t(param)].path);
+    plan.params.push_back(dstParams().params[size_t(param)].path);
   }
   return index;
 }
@@ -443,7 +483,7 @@ bool TransferBuilder::segment(int64_t dstRank, int32_t dstTensor,
 }
 
 bool TransferBuilder::planRank(int64_t rank, std::string &error) {
-  const ModelLayout &dm = to.layout();
+  const ModelLayout &dm = dstParams();
   int64_t base = plan.baseRank(rank);
   const std::vector<RankTensor> &tensors = dstRanks[size_t(base)];
   std::vector<bool> linked(plan.srcTensors.size(), false);
@@ -722,6 +762,12 @@ bool TransferBuilder::run(std::string &error) {
     if (to.rankSaved(toConfig, r))
       plan.dstLayoutRanks.push_back(r);
   plan.numDstBase = int64_t(plan.dstLayoutRanks.size());
+  if (options.loraHf &&
+      (!(srcView = LoraView::build(*options.loraHf, from.layout(),
+                                   options.loraRank, error)) ||
+       !(dstView = LoraView::build(*options.loraHf, to.layout(),
+                                   options.loraRank, error))))
+    return false;
   plan.srcTensors.resize(plan.srcLayoutRanks.size());
   load.assign(plan.srcTensors.size(), 0);
   if (!selectParams(error) || !readSources(error) || !indexSources(error) ||

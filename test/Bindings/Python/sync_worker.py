@@ -31,7 +31,8 @@ def run(index, sc, out):
         bucket += 8
     plan = mdl.TransferPlan(config=sc["config"], src=sc["src"], dst=sc["dst"],
                             bucket_bytes=bucket, params=sc.get("params"),
-                            dst_replicas=sc.get("dst_replicas", 1))
+                            dst_replicas=sc.get("dst_replicas", 1),
+                            lora=sc.get("lora"))
     everyone = roles(plan)
     if index >= len(everyone):
         return
@@ -39,7 +40,11 @@ def run(index, sc, out):
     result = {"role": role, "error": None, "report": None}
     on_bucket = None
     handed = []
-    if role[0] == "src":
+    if role[0] == "src" and sc.get("lora_states"):
+        # A trainer's adapters (bf16 bits by name).
+        state = {n: torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+                 for n, a in sc["lora_states"][plan.layout_rank(role)].items()}
+    elif role[0] == "src":
         state = mdl.load_rank(sc["hf"], backend=sc["src"][0],
                               rank=plan.layout_rank(role),
                               **sc["src"][1])

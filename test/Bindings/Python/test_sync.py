@@ -21,6 +21,7 @@ import pickle
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import time
 
@@ -42,6 +43,7 @@ from test_mdl import convert_rank  # noqa: E402
 
 WORK = os.environ.get("MDL_TEST_WORK", "/tmp/mdl-python-test")
 MDLC = shutil.which("mdlc")
+CONVERT = shutil.which("mdl-convert")
 
 SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4,
          "U8": 1, "F8_E4M3": 1, "F8_E5M2": 1}
@@ -426,20 +428,16 @@ def test_sync_equals_mdl_convert(hf, synced, name):
         sum(plan.bytes_in(d) for d in range(plan.num_dst_ranks))
 
 
-def test_sync_to_hf_receivers(hf, tmp_path):
-    """Two receivers of whole HF tensors, through on_bucket: each gets
-    every tensor of the checkpoint once, whole, in buckets."""
-    src = ("mcore_te", {"tp": 2, "pp": 2})
-    sc = dict(name="hf", hf=hf["qwen3_5"], config=CONFIGS["qwen3_5"],
-              src=src, dst=("hf", {}), bucket_bytes=5000, dst_replicas=2,
-              receiver=True)
+def received(tmp_path, sc, count):
+    """Runs scenario `sc` in 6 processes; for each of its `count`
+    receivers (on_bucket), its result and the tensors handed over, each
+    once and whole: [(result, {name: bytes})]."""
     codes = run_world(tmp_path, [sc], 6)
     assert codes == [0] * 6, codes
-    res = results(tmp_path, "hf", 6)
-    original = {n: a.tobytes() for n, (_, a) in
-                reference.load_dir(hf["qwen3_5"]).items()}
+    res = results(tmp_path, sc["name"], 6)
     receivers = [r for r in res.values() if r["role"][0] == "dst"]
-    assert len(receivers) == 2
+    assert len(receivers) == count
+    out = []
     for r in receivers:
         assert r["error"] is None, r["error"]
         got = {}
@@ -448,6 +446,20 @@ def test_sync_to_hf_receivers(hf, tmp_path):
             for name, data in call:
                 assert name not in got, name  # once, whole
                 got[name] = data
+        out.append((r, got))
+    return out
+
+
+def test_sync_to_hf_receivers(hf, tmp_path):
+    """Two receivers of whole HF tensors, through on_bucket: each gets
+    every tensor of the checkpoint once, whole, in buckets."""
+    src = ("mcore_te", {"tp": 2, "pp": 2})
+    sc = dict(name="hf", hf=hf["qwen3_5"], config=CONFIGS["qwen3_5"],
+              src=src, dst=("hf", {}), bucket_bytes=5000, dst_replicas=2,
+              receiver=True)
+    original = {n: a.tobytes() for n, (_, a) in
+                reference.load_dir(hf["qwen3_5"]).items()}
+    for r, got in received(tmp_path, sc, 2):
         assert len(r["handed"]) > 1
         assert got == original
 
@@ -530,6 +542,185 @@ def test_refresh_in_one_process(hf):
         assert ptrs == {n: t.data_ptr() for n, t in state.items()}
     with pytest.raises(mdl.Error, match="no destination rank"):
         mdl.refresh(plan, state, ("src", 0))
+
+
+# LoRA adapters only.
+
+LORA_R = 3
+PEFT = "base_model.model."
+LORA_SRC = ("mcore_te", {"tp": 2, "pp": 2})
+
+
+def bf16_bits(rng, shape):
+    a = rng.uniform(-2, 2, shape).astype(np.float32)
+    return (a.view(np.uint32) >> 16).astype(np.uint16)
+
+
+def write_safetensors(path, tensors):
+    """name -> uint16 array (bf16 bits), as a safetensors file."""
+    header, offset = {}, 0
+    for name, a in sorted(tensors.items()):
+        header[name] = {"dtype": "BF16", "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for name in sorted(tensors):
+            f.write(tensors[name].tobytes())
+
+
+def lora_trainer(model_name, src, r, work):
+    """A trainer's adapters after training LoRA on its own modules (fused
+    qkv, [gate; up], GDN's in_proj): per source layout rank, name -> bf16
+    bits of the shapes its LoRA table (Model.lora, i.e. mdlc lora) gives,
+    a factor that tensor-parallel peers share (A of a column-parallel
+    module, B of a row-parallel one) alike on each; and the PEFT adapters
+    mdl-convert --adapters makes of them (name -> bytes), the reference."""
+    m = mdl.Model(config=CONFIGS[model_name])
+    backend, par = src
+    tp = par.get("tp", 1)
+    ranks = {}
+    for lr in range(mdl.Model.num_ranks(**par)):
+        state = {}
+        for t in m.lora(backend, rank=lr, r=r, **par)["targets"]:
+            for factor in ("lora_A", "lora_B"):
+                shared = (factor == "lora_A") == (t["sharded"] == "B") or \
+                    t["sharded"] == "none"
+                key = "%s.%s/%d" % (t["module"], factor,
+                                    lr // tp if shared else lr)
+                rng = np.random.default_rng(
+                    int.from_bytes(key.encode(), "little") % (1 << 63))
+                state["%s.%s.weight" % (t["module"], factor)] = \
+                    bf16_bits(rng, t[factor])
+        ranks[lr] = state
+    # mdl-convert's directory of Megatron adapters: made from HF-PEFT
+    # adapters of HF's LoRA table, then each rank's file replaced by the
+    # trainer's (no rank blocks: trained on the fused modules).
+    peft = os.path.join(work, "peft")
+    os.makedirs(peft, exist_ok=True)
+    rng = np.random.default_rng(5)
+    adapters = {}
+    for t in m.lora("hf", r=r)["targets"]:
+        for factor in ("lora_A", "lora_B"):
+            adapters["%s%s.%s.weight" % (PEFT, t["module"], factor)] = \
+                bf16_bits(rng, t[factor])
+    write_safetensors(os.path.join(peft, "adapter_model.safetensors"),
+                      adapters)
+    config = {"peft_type": "LORA", "r": r, "lora_alpha": 2 * r,
+              "target_modules": sorted({t["module"].rsplit(".", 1)[-1] for t
+                                        in m.lora("hf", r=r)["targets"]})}
+    with open(os.path.join(peft, "adapter_config.json"), "w") as f:
+        json.dump(config, f)
+    trained = os.path.join(work, "trained")
+    flags = sum((["--" + k, str(v)] for k, v in par.items()), [])
+    subprocess.run([CONVERT, "--quiet", "--adapters", "--from", "hf",
+                    "--to", backend, "--config", CONFIGS[model_name]] +
+                   flags + [peft, trained], check=True)
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(trained)
+                   for f in fs if f == "adapter_model.safetensors")
+    assert len(files) == len(ranks)
+    for path in files:
+        # mp_rank_TT_PPP: layout rank PPP * tp + TT.
+        t, p = re.search(r"mp_rank_(\d+)_(\d+)", path).groups()
+        lr = int(p) * tp + int(t)
+        assert set(reference.load(path)) == set(ranks[lr]), path
+        write_safetensors(path, ranks[lr])
+    with open(os.path.join(trained, "adapter_config.json"), "w") as f:
+        json.dump(config, f)
+    back = os.path.join(work, "back")
+    subprocess.run([CONVERT, "--quiet", "--adapters", "--from", backend,
+                    "--to", "hf", trained, back], check=True)
+    want = {n: a.tobytes() for n, (_, a) in reference.load(
+        os.path.join(back, "adapter_model.safetensors")).items()}
+    return ranks, want
+
+
+def lora_plan(params=None, dst=("hf", {}), **extra):
+    return mdl.TransferPlan(
+        config=CONFIGS["qwen3_5"], src=LORA_SRC, dst=dst, bucket_bytes=4000,
+        params=params,
+        lora=dict(r=LORA_R, dst_prefix=PEFT, **extra))
+
+
+@pytest.fixture(scope="module")
+def lora_ranks(tmp_path_factory):
+    return lora_trainer("qwen3_5", LORA_SRC, LORA_R,
+                        str(tmp_path_factory.mktemp("lora")))
+
+
+def torch_state(state):
+    return {n: torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+            for n, a in state.items()}
+
+
+def test_lora_plan_equals_mdl_convert(lora_ranks):
+    """Megatron tp 2 pp 2's adapters, trained on its fused modules, to HF-
+    PEFT's modules: the plan's tables, interpreted with numpy, give what
+    mdl-convert --adapters writes (each HF module the fused lora_A and its
+    rows of lora_B), byte for byte; every source tensor is one of the
+    rank's LoRA table with its shape; the receiver gets exactly the
+    adapters' bytes."""
+    ranks, want = lora_ranks
+    plan = lora_plan()
+    states = [torch_state(ranks[plan.layout_rank(("src", s))])
+              for s in range(plan.num_src_ranks)]
+    for s in range(plan.num_src_ranks):
+        table = ranks[plan.layout_rank(("src", s))]
+        for t in plan.tensors(("src", s)):
+            assert list(t.shape) == list(table[t.name].shape), t.name
+    got = interpret(plan, states, 0, {})
+    assert set(got) == set(want)
+    for name, data in got.items():
+        assert bytes(data) == want[name], name
+    assert plan.bytes_in(0) == sum(len(d) for d in want.values())
+    # Bytes a rank sends: each shared factor once (by one of its peers).
+    assert sum(plan.bytes_out(s) for s in range(plan.num_src_ranks)) == \
+        plan.bytes_in(0)
+    assert all(p.endswith((".lora_A", ".lora_B")) for p in plan.param_paths)
+
+
+def test_lora_plan_partial_and_errors():
+    whole = lora_plan()
+    part = lora_plan(params=["layers.0.*"])
+    names = {t.name for t in part.tensors(("dst", 0))}
+    assert names and all(n.startswith(PEFT + "model.language_model.layers.0.")
+                         for n in names), sorted(names)[:3]
+    assert 0 < part.bytes_in(0) < whole.bytes_in(0) / 3
+    # Megatron's names (Megatron-Bridge's) on the source side.
+    bridge = lora_plan(src_names=("adapter.linear_in", "adapter.linear_out"))
+    assert all(".adapter.linear_" in t.name
+               for t in bridge.tensors(("src", 0)))
+    assert bridge.bytes_in(0) == whole.bytes_in(0)
+    # A fused module's A cannot be made from separate modules' As.
+    with pytest.raises(mdl.Error, match="some would be written twice"):
+        mdl.TransferPlan(config=CONFIGS["qwen3_5"], src=("hf", {}),
+                         dst=("mcore_te", {"tp": 2}), lora=dict(r=2))
+    with pytest.raises(mdl.Error, match="a LoRA rank r is a positive"):
+        mdl.TransferPlan(config=CONFIGS["qwen3"], src=("mcore_te", {}),
+                         dst=("hf", {}), lora=dict(r=0))
+    with pytest.raises(mdl.Error, match="lora takes a dict with 'r'"):
+        mdl.TransferPlan(config=CONFIGS["qwen3"], src=("mcore_te", {}),
+                         dst=("hf", {}), lora=dict(rank=2))
+    with pytest.raises(mdl.Error, match="unknown dtype 'bf17'"):
+        mdl.TransferPlan(config=CONFIGS["qwen3"], src=("mcore_te", {}),
+                         dst=("hf", {}), lora=dict(r=2, dtype="bf17"))
+
+
+def test_lora_sync_to_peft_receivers(lora_ranks, tmp_path):
+    """The same over gloo: four trainer processes (tp 2 pp 2) and two
+    receivers (engine replicas) of whole HF-PEFT tensors through on_bucket,
+    as vLLM's add_lora or SGLang's load_lora_adapter take them."""
+    ranks, want = lora_ranks
+    sc = dict(name="lora", config=CONFIGS["qwen3_5"], src=LORA_SRC,
+              dst=("hf", {}), bucket_bytes=4000, dst_replicas=2,
+              receiver=True, lora=dict(r=LORA_R, dst_prefix=PEFT),
+              lora_states=ranks)
+    for r, got in received(tmp_path, sc, 2):
+        assert got == want
+        assert r["report"]["bytes_received"] == sum(map(len, want.values()))
+        assert r["report"]["verified"] is True
 
 
 def test_checksums_sum_bucket_words():

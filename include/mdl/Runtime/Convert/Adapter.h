@@ -52,6 +52,11 @@ struct FactorNames {
   std::string a = "lora_A", b = "lora_B";
 };
 
+/// Whether `t` (a tensor of a rank of `m`) is a weight LoRA adapts: a 2-D
+/// `<module>.weight` of dense linear weights (no bias, no experts) that is
+/// not a copy.
+bool isAdaptableWeight(const ModelLayout &m, const RankTensor &t);
+
 /// Reads adapters from a safetensors file: `<module>.<a>.weight` and
 /// `<module>.<b>.weight` for the factor names `names`, with any
 /// `base_model.model.` prefix (HF-PEFT) removed.

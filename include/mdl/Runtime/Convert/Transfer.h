@@ -20,6 +20,7 @@
 #ifndef MDL_RUNTIME_CONVERT_TRANSFER_H
 #define MDL_RUNTIME_CONVERT_TRANSFER_H
 
+#include "mdl/Runtime/Convert/LoraView.h"
 #include "mdl/Runtime/Model/Generated.h"
 
 #include <cstdint>
@@ -43,6 +44,12 @@ struct TransferOptions {
   /// rank of its layout: both sides are one backend at one configuration
   /// (a rank's derived tensors refreshed from its own tensors).
   bool local = false;
+  /// LoRA adapters only (LoraView.h): with the HF binding of the model, the
+  /// plan moves the rank-`loraRank` factors of the modules HF-PEFT adapts,
+  /// each side's named and stored as its naming says, instead of weights.
+  const Binding *loraHf = nullptr;
+  int64_t loraRank = 0;
+  LoraNaming srcLora, dstLora;
 };
 
 /// A tensor of a rank the plan reads or writes.

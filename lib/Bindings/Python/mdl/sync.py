@@ -79,6 +79,35 @@ def select_params(model, patterns):
     return chosen
 
 
+_LORA_KEYS = {"r", "names", "src_names", "dst_names", "prefix", "src_prefix",
+              "dst_prefix", "dtype", "src_dtype", "dst_dtype"}
+
+
+def _lora_namings(lora):
+    """(r, source naming, destination naming) of a TransferPlan's `lora`:
+    each naming is [A name, B name, prefix, dtype]."""
+    if not isinstance(lora, dict) or not set(lora) <= _LORA_KEYS or \
+            "r" not in lora:
+        raise Error(f"lora takes a dict with 'r' and any of "
+                    f"{sorted(_LORA_KEYS - {'r'})}, not {lora!r}")
+    r = lora["r"]
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+        raise Error(f"a LoRA rank r is a positive integer, not {r!r}")
+
+    def naming(side):
+        names = lora.get(side + "_names", lora.get("names",
+                                                   ("lora_A", "lora_B")))
+        if isinstance(names, str) or len(names) != 2 or \
+                not all(isinstance(n, str) and n for n in names):
+            raise Error(f"LoRA factor names are (A name, B name), not "
+                        f"{names!r}")
+        prefix = lora.get(side + "_prefix", lora.get("prefix", ""))
+        dtype = lora.get(side + "_dtype", lora.get("dtype", "bf16"))
+        return [names[0], names[1], str(prefix), str(dtype)]
+
+    return r, naming("src"), naming("dst")
+
+
 class TransferPlan:
     """The bytes that move from every rank of `src` to every rank of `dst`
     (each a (backend, {parallel}) pair) of one model, in buckets of at most
@@ -87,11 +116,21 @@ class TransferPlan:
     k * ranks + r), restricted to the parameters `params` names (paths or
     fnmatch patterns) when given. Built by the runtime; `digest` is the same
     on every process that builds the same plan.
+
+    With `lora` (a dict), the plan moves LoRA adapters of rank `r` only:
+    each side's tensors are the factors `<module>.<A>.weight` [r, in] and
+    `<module>.<B>.weight` [out, r] of the linear weights HF-PEFT adapts, on
+    that side's layout (with its LoRA modules); `names` (default
+    ('lora_A', 'lora_B'); Megatron-Bridge: ('adapter.linear_in',
+    'adapter.linear_out')), `prefix` (HF-PEFT: 'base_model.model.') and
+    `dtype` (default 'bf16') name and store them, alike on both sides or
+    apart with src_/dst_ keys. A fused module's A (an adapter trained on
+    Megatron's linear_qkv) is the A of each module it fuses.
     """
 
     def __init__(self, config, src, dst, bucket_bytes=256 << 20,
                  params=None, dst_replicas=1, model=None, set=None,
-                 choices=None):
+                 choices=None, lora=None):
         from . import Model, _parallel
         self.model = Model(config=config, name=model, set=set,
                            choices=choices)
@@ -103,9 +142,13 @@ class TransferPlan:
                                                              bool):
             raise Error(f"bucket_bytes takes a number of bytes, not "
                         f"{bucket_bytes!r}")
+        lora_rank, src_lora, dst_lora = (0, [], []) if lora is None \
+            else _lora_namings(lora)
+        self.lora = lora
         self._p = self.model._m.transfer_plan(
             self.src[0], self.src[1], self.dst[0], self.dst[1],
-            bucket_bytes, dst_replicas, self.params)
+            bucket_bytes, dst_replicas, self.params, lora_rank, src_lora,
+            dst_lora)
         self.segments = self._p.segments()
         self.shifts = self._p.shifts()
         self.dims = self._p.dims()
