@@ -70,9 +70,10 @@ paramDecl
 
 // linear q: [H] -> [G, P, D] column(G) bias(attention_bias);
 // linear q_b: [Qa] -> [N, Dq] column(N) scale(block);   (FP8 block scales)
+// linear gate[E]: [H] -> [F] column(F) bias mxfp4(quantized);   (MXFP4)
 linearDecl
   : 'linear' name expertIndex? ':' shape '->' shape dtypeName? parallelStyle
-    biasClause? scaleClause? condition? ';' ;
+    biasClause? scaleClause? mxfp4Clause? condition? ';' ;
 
 expertIndex : '[' name ']' ;
 shape : '[' (shapeAxis (',' shapeAxis)*)? ']' ;
@@ -90,6 +91,7 @@ parallelStyle
   ;
 biasClause : 'bias' ('(' expr ')')? ;
 scaleClause : 'scale' '(' expr ')' ;
+mxfp4Clause : 'mxfp4' ('(' expr ')')? ;
 condition : 'if' expr ;
 
 // attn: match kind { "full_attention" => GatedAttention(H, N, G, D), _ => ... };
@@ -239,7 +241,7 @@ name
   | 'capability' | 'needs' | 'replicate' | 'on' | 'by' | 'column' | 'row'
   | 'vocab' | 'shard' | 'replicated' | 'bias' | 'scale' | 'pipeline' | 'extends'
   | 'from' | 'dtype' | 'choice' | 'deploy' | 'detect' | 'buffer' | 'zero'
-  | 'neg_exp'
+  | 'neg_exp' | 'mxfp4'
   ;
 
 INT     : [0-9]+ ;

@@ -385,6 +385,11 @@ void Dumper::member(const Member *m) {
     }
     if (x->scaleBlock)
       wrapped(" scale(", x->scaleBlock.get(), ")");
+    if (x->mxfp4) {
+      os << " mxfp4";
+      if (x->mxfp4Cond)
+        wrapped("(", x->mxfp4Cond.get(), ")");
+    }
     optional(" if ", x->cond.get());
     break;
   }

@@ -78,6 +78,9 @@ llvm::ArrayRef<CheckInfo> mdl::allChecks() {
       {"block-scale", "",
        "FP8 block-scaled weights are stored so that their scales follow "
        "them"},
+      {"mxfp4", "",
+       "MXFP4 weights are stored so that their blocks and scales follow "
+       "them"},
   };
   return checks;
 }
@@ -630,7 +633,8 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
   if (layout.hasPipeline && llvm::is_contained(layout.mesh, MeshAxis::PP)) {
     std::set<std::string> members;
     for (const rt::Param &p : layout.params) {
-      if (p.placement.kind != rt::Placement::All || p.scaleOf >= 0)
+      if (p.placement.kind != rt::Placement::All || p.scaleOf >= 0 ||
+          p.mxfp4Of >= 0)
         continue;
       std::string member = p.path.substr(0, p.path.find('.'));
       if (!members.insert(member).second)
@@ -652,9 +656,10 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
   sum.configFile = configPath;
   sum.backend = b;
   // The model's parameters: FP8 block scales, which a backend may or may
-  // not keep, are not counted.
+  // not keep, are not counted, nor MXFP4 blocks and scales (their weights
+  // are).
   for (const rt::Param &p : layout.params)
-    if (p.scaleOf < 0) {
+    if (p.scaleOf < 0 && p.mxfp4Of < 0) {
       ++sum.params;
       sum.elements += p.numElements();
     }

@@ -53,6 +53,11 @@ ArrayRef<BackendSetting> mdl::backendSettings() {
       {"adapter_backend", "adapterBackend", &rt::BackendDecl::adapterBackend},
       {"block_scale_suffix", "blockScaleSuffix",
        &rt::BackendDecl::blockScaleSuffix},
+      {"mxfp4_blocks_suffix", "mxfp4BlocksSuffix",
+       &rt::BackendDecl::mxfp4BlocksSuffix},
+      {"mxfp4_scales_suffix", "mxfp4ScalesSuffix",
+       &rt::BackendDecl::mxfp4ScalesSuffix},
+      {"mxfp4_bytes_axis", "mxfp4BytesAxis", &rt::BackendDecl::mxfp4BytesAxis},
       {"stack_layers", "stackLayers", &rt::BackendDecl::stackLayers}};
   return settings;
 }
@@ -262,6 +267,10 @@ rt::ModuleDecl DeclBuilder::module(ModuleDeclOp m) {
             d.biasCond = fnOrNone(l.getBiasCond());
           }
           d.scaleBlock = fnOrNone(l.getScaleBlock());
+          if (l.getMxfp4()) {
+            d.mxfp4 = true;
+            d.mxfp4Cond = fnOrNone(l.getMxfp4Cond());
+          }
           d.cond = fnOrNone(l.getCond());
         })
         .Case<InstanceOp, StackOp>(

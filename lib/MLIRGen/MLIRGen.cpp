@@ -430,9 +430,10 @@ void Generator::member(const ModuleDecl *m, const Member *mem) {
     auto *x = cast<LinearMember>(mem);
     auto op = builder.create<LinearOp>(
         l, x->name.name, shape(x->in), shape(x->out), style(x->style),
-        expertAttr(x->expertDim), dtypeAttr(x->dtype), x->hasBias);
+        expertAttr(x->expertDim), dtypeAttr(x->dtype), x->hasBias, x->mxfp4);
     yieldOptional(op.getBiasCond(), x->biasCond.get());
     yieldOptional(op.getScaleBlock(), x->scaleBlock.get());
+    yieldOptional(op.getMxfp4Cond(), x->mxfp4Cond.get());
     yieldOptional(op.getCond(), x->cond.get());
     return;
   }

@@ -65,7 +65,7 @@ bool isContextualKeyword(StringRef w) {
       "class",      "capability", "needs", "replicate", "on",    "by",
       "column",     "row",      "vocab",  "shard",  "replicated", "bias",
       "scale",      "pipeline", "extends", "from",  "dtype",   "choice",
-      "buffer",     "zero",     "neg_exp"};
+      "buffer",     "zero",     "neg_exp", "mxfp4"};
   return words.contains(w);
 }
 

@@ -683,6 +683,12 @@ MemberPtr ASTBuilder::member(P::MemberContext *c) {
     }
     if (auto *s = x->scaleClause())
       l->scaleBlock = expr(s->expr());
+    if (auto *q = x->mxfp4Clause()) {
+      l->mxfp4 = true;
+      l->mxfp4Range = range(q);
+      if (q->expr())
+        l->mxfp4Cond = expr(q->expr());
+    }
     if (x->condition())
       l->cond = expr(x->condition()->expr());
     return l;

@@ -124,6 +124,17 @@ void Analyzer::checkBackend(const BackendDecl *b) {
             << "'stack_layers' must be a list<string> (the mounts of the "
                "stacks to stack), not "
             << t.str();
+      // The settings of the MXFP4 storage (section 11).
+      static const std::pair<const char *, Type::Kind> mxfp4Settings[] = {
+          {"mxfp4_blocks_suffix", Type::String},
+          {"mxfp4_scales_suffix", Type::String},
+          {"mxfp4_bytes_axis", Type::Bool}};
+      for (auto [name, kind] : mxfp4Settings)
+        if (e.let->name.name == name && t.isValid() &&
+            !t.compatible(Type::get(kind)))
+          error(e.let->value->getLoc())
+              << "'" << name << "' must be a " << Type::get(kind).str()
+              << ", not " << t.str();
       names[e.let->name.name] = t;
       break;
     }

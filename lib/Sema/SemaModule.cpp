@@ -345,6 +345,12 @@ void Analyzer::checkMember(const ModuleDecl *m, const Member *mem) {
     if (l->scaleBlock)
       expect(l->scaleBlock.get(), env, Type::get(Type::Int),
              "a scale block size");
+    if (l->mxfp4Cond)
+      expect(l->mxfp4Cond.get(), env, boolT, "an mxfp4 condition");
+    if (l->mxfp4 && l->scaleBlock)
+      error(l->mxfp4Range.Start)
+          << "'" << l->name.name
+          << "' cannot be both FP8 block-scaled (scale) and MXFP4";
     if (l->cond)
       expect(l->cond.get(), env, boolT, "a condition");
     return;

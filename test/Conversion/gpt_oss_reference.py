@@ -20,8 +20,17 @@ Written from the frameworks' loading rules, with numpy, not from the spec:
   and zeros elsewhere; sinks narrowed to the rank's heads; qkv_proj [q
   heads of the rank; its kv heads, replicated when tp > kv heads];
   embed_tokens is model.embedding.
+- MXFP4 (the releases; transformers' integrations/mxfp4.py,
+  convert_moe_packed_tensors): gate_up_proj_blocks [E, 2F, H/32, 16] U8 and
+  gate_up_proj_scales [E, 2F, H/32] U8, down_proj_blocks [E, H, F/32, 16]
+  and down_proj_scales; each byte two E2M1 codes, the low nibble the even
+  element of the row, times 2^(scale - 127); the rows [E, out, in] are then
+  transposed to transformers' BF16 [E, in, out]. A checkpoint in this form
+  is dequantized so (in bf16, exact here) before the rules above apply.
+  `--nibbles high` reads the high nibble first: a broken reference.
 
   gpt_oss_reference.py HF_DIR OUT_DIR --backend B --tp N --pp N --ep N --etp N
+                       [--nibbles low|high]
 """
 import argparse
 import json
@@ -32,9 +41,40 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from reference import (chunk, load_dir, load_files, load_rank,  # noqa: E402
-                       megatron_dirs, pad_rows, rank_files, vllm_file_ranks,
-                       vllm_processes, vllm_rank_files)
+from reference import (chunk, f32_to_bf16, load_dir, load_files,  # noqa: E402
+                       load_rank, megatron_dirs, pad_rows, rank_files,
+                       vllm_file_ranks, vllm_processes, vllm_rank_files)
+
+# The E2M1 code points: sign bit, two exponent bits, one mantissa bit.
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32)
+
+
+def mxfp4_dequantize(blocks, scales, nibbles="low"):
+    """[E, rows, G, 16] codes and [E, rows, G] exponents to the bf16 bits of
+    the [E, G * 32, rows] weight."""
+    lo, hi = blocks & 0x0F, blocks >> 4
+    first, second = (lo, hi) if nibbles == "low" else (hi, lo)
+    v = np.empty(blocks.shape[:-1] + (32,), np.float32)
+    v[..., 0::2] = E2M1[first]
+    v[..., 1::2] = E2M1[second]
+    v = np.ldexp(v, scales.astype(np.int32)[..., None] - 127)
+    v = v.reshape(blocks.shape[0], blocks.shape[1], -1)
+    return f32_to_bf16(np.ascontiguousarray(v.transpose(0, 2, 1)))
+
+
+def dequantized(hf, nibbles="low"):
+    """The BF16 checkpoint of an MXFP4 one (itself when it is not)."""
+    out = {}
+    for name, value in hf.items():
+        if name.endswith("_scales"):
+            continue
+        if name.endswith("_blocks"):
+            base = name[:-len("_blocks")]
+            out[base] = ("BF16", mxfp4_dequantize(value[1], hf[base + "_scales"][1], nibbles))
+        else:
+            out[name] = value
+    return out
 
 
 class GptOss:
@@ -149,10 +189,12 @@ def main():
     ap.add_argument("--model", default="gpt_oss")  # roundtrip.py passes it
     for axis in ["tp", "pp", "ep", "etp"]:
         ap.add_argument("--" + axis, type=int, default=1)
+    ap.add_argument("--nibbles", choices=["low", "high"], default="low",
+                    help="which nibble of an MXFP4 byte is the first value")
     args = ap.parse_args()
     par = {a: getattr(args, a) for a in ["tp", "pp", "ep", "etp"]}
     config = json.load(open(os.path.join(args.hf, "config.json")))
-    ref = GptOss(args.backend, config, load_dir(args.hf), par)
+    ref = GptOss(args.backend, config, dequantized(load_dir(args.hf), args.nibbles), par)
     failures = checked = 0
     if ref.mcore:
         expected = megatron_dirs(par)

@@ -27,7 +27,7 @@ import numpy as np
 
 NP = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32,
       "F64": np.float64, "I64": np.int64, "I32": np.int32,
-      "F8_E4M3": np.uint8}
+      "F8_E4M3": np.uint8, "U8": np.uint8}
 
 
 # -- FP8 block scales (DeepSeek-V3) ------------------------------------------

@@ -57,16 +57,24 @@ def random_values(dtype, n, rng, narrowed=False):
 
 
 def write_checkpoint(path, tensors, rng, narrowed=None):
-    header, blobs, offset = {}, [], 0
     values = {}
+    items = []
     # Originals first, so that duplicates (copy_of) hold the same bytes.
     for t in sorted(tensors, key=lambda t: "copy_of" in t):
         n = int(np.prod(t["shape"])) if t["shape"] else 1
         data = values[t["copy_of"]] if "copy_of" in t else random_values(
             t["dtype"], n, rng, bool(narrowed and re.search(narrowed, t["name"])))
         values[t["name"]] = data
-        header[t["name"]] = {"dtype": t["dtype"], "shape": t["shape"],
-                             "data_offsets": [offset, offset + len(data)]}
+        items.append((t["name"], t["dtype"], t["shape"], data))
+    write_safetensors(path, items)
+
+
+def write_safetensors(path, items):
+    """A safetensors file of (name, dtype, shape, bytes) in this order."""
+    header, blobs, offset = {}, [], 0
+    for name, dtype, shape, data in items:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
     text = json.dumps(header).encode()
@@ -119,6 +127,23 @@ def backend_meshes(convert):
             for cols in (line.split("\t") for line in out.stdout.splitlines())}
 
 
+def grid_points(meshes, backend, grid):
+    """The (tp, pp, ep, etp) points of `grid` on the backend's mesh axes
+    (tp always), each once."""
+    return sorted({(tp, pp if "pp" in meshes[backend] else 1,
+                    ep if "ep" in meshes[backend] else 1,
+                    etp if "etp" in meshes[backend] else 1)
+                   for tp, pp, ep, etp in grid})
+
+
+def fresh_dirs(work, *names):
+    """WORK/name for each name, removed if present."""
+    paths = [os.path.join(work, n) for n in names]
+    for p in paths:
+        shutil.rmtree(p, ignore_errors=True)
+    return paths
+
+
 def arguments():
     """The command line of the conversion drivers: the tools, a spec, its
     model and a config, and the work directory (emptied by write_hf)."""
@@ -160,17 +185,9 @@ def main():
     failures, converted, invalid = [], 0, 0
     meshes = backend_meshes(args.convert)
     for backend in args.backends.split(","):
-        # The grid over the backend's axes (tp always).
-        points = sorted({(tp, pp if "pp" in meshes[backend] else 1,
-                          ep if "ep" in meshes[backend] else 1,
-                          etp if "etp" in meshes[backend] else 1)
-                         for tp, pp, ep, etp in grid})
-        for tp, pp, ep, etp in points:
+        for tp, pp, ep, etp in grid_points(meshes, backend, grid):
             where = "%s tp=%d pp=%d ep=%d etp=%d" % (backend, tp, pp, ep, etp)
-            out = os.path.join(args.work, "out")
-            back = os.path.join(args.work, "back")
-            shutil.rmtree(out, ignore_errors=True)
-            shutil.rmtree(back, ignore_errors=True)
+            out, back = fresh_dirs(args.work, "out", "back")
             # The model is the one whose spec serves the config.
             r = run(convert + ["--from", "hf", "--to", backend,
                      "--tp", str(tp), "--pp", str(pp), "--ep", str(ep), "--etp", str(etp),

@@ -393,6 +393,12 @@ struct LinearMember : Member {
   /// `scale(B)`: the weight is stored in blocks of B x B, each with a
   /// scale (FP8 block quantization); B == 0: unscaled. Null: unscaled.
   ExprPtr scaleBlock;
+  /// `mxfp4` or `mxfp4(cond)`: the weight is MXFP4 (blocks of 32 E2M1
+  /// values along the input, each with an E8M0 scale), where `mxfp4Cond`
+  /// holds when given.
+  bool mxfp4 = false;
+  ExprPtr mxfp4Cond;
+  SMRange mxfp4Range;
   ExprPtr cond;
   static bool classof(const Member *m) { return m->getKind() == Linear; }
 };

@@ -373,6 +373,10 @@ LogicalResult LinearOp::verify() {
   }
   if (!getBias() && !getBiasCond().empty())
     return emitOpError("has a bias condition but no bias");
+  if (!getMxfp4() && !getMxfp4Cond().empty())
+    return emitOpError("has an mxfp4 condition but is not mxfp4");
+  if (getMxfp4() && !getScaleBlock().empty())
+    return emitOpError("is both FP8 block-scaled and MXFP4");
   return success();
 }
 
@@ -380,7 +384,9 @@ LogicalResult LinearOp::verifyRegions() {
   if (failed(verifyYields(*this, getBiasCond(), i1(getContext()),
                           "bias condition")) ||
       failed(verifyYields(*this, getScaleBlock(), i64(getContext()),
-                          "scale block size")))
+                          "scale block size")) ||
+      failed(verifyYields(*this, getMxfp4Cond(), i1(getContext()),
+                          "mxfp4 condition")))
     return failure();
   return verifyYields(*this, getCond(), i1(getContext()), "condition");
 }

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <set>
 
@@ -489,17 +490,26 @@ struct Converter::Job {
   /// E4M3 values and the scales of the blocks they fall in, each gathered
   /// into a contiguous box, then multiplied (in f32, as DeepSeek's
   /// weight_dequant does) and rounded once to the tensor's dtype.
+  ///
+  /// Or (`mxfp4`) a piece holding an MXFP4 weight that the source stores as
+  /// blocks and scales: the blocks and the scales its rows and columns fall
+  /// in, each gathered into a contiguous box ([experts..., out..., blocks,
+  /// 16 bytes] and [experts..., out..., blocks]), then each E2M1 value
+  /// times 2^(scale - 127), exact, rounded once to the tensor's dtype.
   struct Dequant {
     Piece target, weightBox, scaleBox;
     std::vector<Copy> weightCopies, scaleCopies;
     int64_t block = 0;
     WeightSides sides;
+    bool mxfp4 = false;
   };
   std::vector<Dequant> dequants;
   /// The scales of each piece in `dequants`, gathered by the first fill()
   /// and dropped when the tensor is done.
   mutable std::once_flag scalesOnce;
   mutable std::vector<std::vector<float>> scales;
+  /// The MXFP4 blocks of each piece in `dequants`, likewise.
+  mutable std::vector<std::vector<uint8_t>> blocks;
 };
 
 /// A contiguous (row-major) box like `box`.
@@ -617,6 +627,8 @@ bool Converter::planDequant(
     std::string &error) const {
   const ModelLayout &m = to.layout();
   const Param &w = m.params[size_t(target.param)];
+  if (w.mxfp4)
+    return planMxfp4(t, target, job, sources, done, error);
   auto it = views.find(w.path);
   // A source that holds the weight dequantized too is copied as it is.
   done = w.scale >= 0 && it != views.end() && !it->second.empty() &&
@@ -656,6 +668,108 @@ bool Converter::planDequant(
   return true;
 }
 
+bool Converter::planMxfp4(
+    const RankTensor &t, const Piece &target, Job &job,
+    std::set<std::pair<const uint8_t *, uint64_t>> &sources, bool &done,
+    std::string &error) const {
+  const ModelLayout &m = to.layout();
+  const Param &w = m.params[size_t(target.param)];
+  // A source that holds the weight dequantized is copied as it is.
+  auto it = views.find(m.params[size_t(w.mxfp4Blocks)].path);
+  done = it != views.end() && !it->second.empty();
+  if (!done)
+    return true;
+  Job::Dequant d;
+  d.mxfp4 = true;
+  d.target = target;
+  d.block = kMxfp4Block;
+  d.sides = weightSides(w);
+  // The blocks the box touches: experts and rows as the box, columns from
+  // the block of its first to that of its last element.
+  std::vector<int64_t> last = target.lo;
+  for (size_t a = 0; a < last.size(); ++a)
+    last[a] += target.count[a] - 1;
+  Piece scale;
+  scale.param = w.mxfp4Scales;
+  for (const std::vector<size_t> *side : {&d.sides.expert, &d.sides.out})
+    for (size_t a : *side) {
+      scale.lo.push_back(target.lo[a]);
+      scale.count.push_back(target.count[a]);
+    }
+  int64_t lo = flatIndex(d.sides.in, w.sizes, target.lo) / d.block;
+  int64_t hi = flatIndex(d.sides.in, w.sizes, last) / d.block;
+  scale.lo.push_back(lo);
+  scale.count.push_back(hi - lo + 1);
+  scale.stride.assign(scale.lo.size(), 0);
+  d.scaleBox = contiguous(scale);
+  Piece blocks = scale;
+  blocks.param = w.mxfp4Blocks;
+  blocks.lo.push_back(0);
+  blocks.count.push_back(kMxfp4Block / 2);
+  blocks.stride.push_back(0);
+  d.weightBox = contiguous(blocks);
+  if (!gather(w.mxfp4Blocks, d.weightBox, DType::U8, 0, false,
+              d.weightCopies, sources, t.name, error) ||
+      !gather(w.mxfp4Scales, d.scaleBox, DType::U8, 0, false, d.scaleCopies,
+              sources, t.name, error))
+    return false;
+  job.dequants.push_back(std::move(d));
+  return true;
+}
+
+/// The E2M1 values of the 16 four-bit codes (sign, two exponent bits, one
+/// mantissa bit).
+static const float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                -2.0f, -3.0f, -4.0f, -6.0f};
+
+void Converter::dequantizeMxfp4(const Job &job, size_t k, int64_t begin,
+                                int64_t end, uint8_t *out) const {
+  const RankTensor &t = *job.tensor;
+  size_t size = byteSize(t.dtype);
+  const Job::Dequant &d = job.dequants[k];
+  const std::vector<float> &scales = job.scales[k];
+  const std::vector<uint8_t> &blocks = job.blocks[k];
+  const Param &w = to.layout().params[size_t(d.target.param)];
+  // Every element of the box in the window: its expert and row (in the
+  // boxes' order) and its column pick the byte and the nibble (the lower
+  // first) of its block, and the block's scale.
+  size_t rowAxes = d.sides.expert.size() + d.sides.out.size();
+  int64_t numBlocks = d.scaleBox.count[rowAxes],
+          block0 = d.scaleBox.lo[rowAxes];
+  std::vector<int64_t> c = d.target.lo;
+  int64_t elements = d.target.numElements();
+  for (int64_t i = 0; i < elements; ++i) {
+    int64_t at = d.target.base;
+    for (size_t a = 0; a < c.size(); ++a)
+      at += (c[a] - d.target.lo[a]) * d.target.stride[a];
+    if (at >= begin && at < end) {
+      int64_t row = 0, b = 0;
+      for (const std::vector<size_t> *side : {&d.sides.expert, &d.sides.out})
+        for (size_t a : *side)
+          row = row * d.scaleBox.count[b++] + (c[a] - d.target.lo[a]);
+      int64_t column = flatIndex(d.sides.in, w.sizes, c);
+      int64_t blockIndex = row * numBlocks + column / d.block - block0;
+      int64_t within = column % d.block;
+      uint8_t byte = blocks[size_t(blockIndex * (d.block / 2) + within / 2)];
+      float value = kE2M1[within % 2 ? byte >> 4 : byte & 0xF] *
+                    scales[size_t(blockIndex)];
+      uint8_t *dst = out + (at - begin) * int64_t(size);
+      if (t.dtype == DType::BF16) {
+        uint16_t h = floatToBf16(value);
+        std::memcpy(dst, &h, 2);
+      } else {
+        storeValue(value, t.dtype, dst);
+      }
+    }
+    for (size_t a = c.size(); a-- > 0;) {
+      if (++c[a] < d.target.lo[a] + d.target.count[a])
+        break;
+      c[a] = d.target.lo[a];
+    }
+  }
+}
+
 void Converter::dequantize(const Job &job, int64_t begin, int64_t end,
                            uint8_t *out) const {
   const RankTensor &t = *job.tensor;
@@ -664,10 +778,29 @@ void Converter::dequantize(const Job &job, int64_t begin, int64_t end,
   // block x block weights.
   std::call_once(job.scalesOnce, [&] {
     job.scales.resize(job.dequants.size());
+    job.blocks.resize(job.dequants.size());
     for (size_t k = 0; k < job.dequants.size(); ++k) {
       const Job::Dequant &d = job.dequants[k];
       job.scales[k].resize(size_t(d.scaleBox.numElements()));
       int64_t lo, hi;
+      if (d.mxfp4) {
+        // E8M0 scales as the floats 2^(s - 127) (an exponent alone: every
+        // one is a float but 255, the format's NaN).
+        std::vector<uint8_t> exponents(job.scales[k].size());
+        for (const Job::Copy &c : d.scaleCopies)
+          c.box.run(c.data, exponents.data(), 0, int64_t(exponents.size()),
+                    lo, hi);
+        for (size_t i = 0; i < exponents.size(); ++i)
+          job.scales[k][i] =
+              exponents[i] == 255
+                  ? std::numeric_limits<float>::quiet_NaN()
+                  : float(std::ldexp(1.0, int(exponents[i]) - 127));
+        job.blocks[k].resize(size_t(d.weightBox.numElements()));
+        for (const Job::Copy &c : d.weightCopies)
+          c.box.run(c.data, job.blocks[k].data(), 0,
+                    int64_t(job.blocks[k].size()), lo, hi);
+        continue;
+      }
       for (const Job::Copy &c : d.scaleCopies)
         c.box.run(c.data, reinterpret_cast<uint8_t *>(job.scales[k].data()),
                   0, int64_t(job.scales[k].size()), lo, hi);
@@ -677,6 +810,10 @@ void Converter::dequantize(const Job &job, int64_t begin, int64_t end,
   std::vector<uint8_t> values;
   for (size_t k = 0; k < job.dequants.size(); ++k) {
     const Job::Dequant &d = job.dequants[k];
+    if (d.mxfp4) {
+      dequantizeMxfp4(job, k, begin, end, out);
+      continue;
+    }
     const std::vector<float> &scales = job.scales[k];
     const Param &w = to.layout().params[size_t(d.target.param)];
     size_t numExperts = d.sides.expert.size();
@@ -911,6 +1048,7 @@ bool Converter::writeFiles(
     for (const auto &[data, bytes] : job->sources)
       SafetensorsFile::release(data, bytes);
     std::vector<std::vector<float>>().swap(job->scales);
+    std::vector<std::vector<uint8_t>>().swap(job->blocks);
     std::lock_guard<std::mutex> lock(mutex);
     state.bytesDone += job->size;
     ++state.tensorsDone;
@@ -1054,8 +1192,9 @@ bool Converter::fillTensors(int64_t rank,
     if (!plan(tensors[i], jobs[i], error))
       return false;
     if (onlyParams && !jobs[i].dequants.empty()) {
-      error = "tensor '" + tensors[i].name + "' is dequantized from FP8 " +
-              "blocks, which an update of some parameters does not rewrite";
+      error = "tensor '" + tensors[i].name + "' is dequantized from " +
+              "quantized blocks, which an update of some parameters does "
+              "not rewrite";
       return false;
     }
     // An update leaves what it does not hold as it was.

@@ -65,6 +65,7 @@ public:
       out.layout.choices[name] = value;
     out.layout.classes = backend.classes;
     bindBlockScales();
+    bindMxfp4();
     if (backend.stackLayers) {
       RankContext one;
       Value names = evalOne(model.root(), backend.stackLayers,
@@ -244,6 +245,7 @@ private:
           rp.linearOutAxes = p.decl->outAxes;
         rp.bias = p.bias;
         rp.scaleBlock = p.scaleBlock;
+        rp.mxfp4 = p.mxfp4;
         rp.expert = p.expert;
         rp.unit = unitOf(&node);
         rp.source = source(p.decl->where);
@@ -266,6 +268,35 @@ private:
     size_t numParams = out.layout.params.size();
     BlockScaleResult r = addBlockScales(
         out.layout, model.dtype().value_or(DType::BF16));
+    bindAdded(r, numParams, "block-scale",
+              [](const Param &p) { return p.scaleOf; });
+  }
+
+  void bindMxfp4() {
+    RankContext one;
+    auto setting = [&](Expr e, Value fallback) {
+      return e ? evalOne(model.root(), e, fallback, &one, choices.get())
+               : fallback;
+    };
+    out.layout.mxfp4BlocksSuffix =
+        setting(backend.mxfp4BlocksSuffix, Value::string("")).s;
+    out.layout.mxfp4ScalesSuffix =
+        setting(backend.mxfp4ScalesSuffix, Value::string("")).s;
+    out.layout.mxfp4BytesAxis =
+        setting(backend.mxfp4BytesAxis, Value::boolean(false)).i;
+    size_t numParams = out.layout.params.size();
+    BlockScaleResult r = addMxfp4(out.layout);
+    bindAdded(r, numParams, "mxfp4",
+              [](const Param &p) { return p.mxfp4Of; });
+  }
+
+  /// Reports the errors of adding the parameters and tensors of quantized
+  /// storage (`id` names the check), and binds what was added from
+  /// parameter `numParams` on: each parameter to the instance of the
+  /// weight `weightOf` gives, each companion tensor to its tensor's node.
+  void bindAdded(const BlockScaleResult &r, size_t numParams,
+                 const std::string &id,
+                 const std::function<int(const Param &)> &weightOf) {
     // One error per layout entry, with its first tensor and how many more:
     // a transposed entry of a layer would otherwise be reported once per
     // layer.
@@ -288,13 +319,13 @@ private:
       if (more)
         message += " (and " + std::to_string(more) + " more tensor" +
                    (more > 1 ? "s" : "") + " of this entry)";
-      errors.push_back({message + " [block-scale]", entry});
+      errors.push_back({message + " [" + id + "]", entry});
     }
     if (!errors.empty())
       throw EvalError{"", "", {}, /*reported=*/true};
     for (size_t i = numParams; i < out.layout.params.size(); ++i)
       out.params.push_back(
-          out.params[size_t(out.layout.params[i].scaleOf)]);
+          out.params[size_t(weightOf(out.layout.params[i]))]);
     for (int c : r.companionOf) {
       out.tensorNodes.push_back(out.tensorNodes[size_t(c)]);
       tensorStacks.push_back(tensorStacks[size_t(c)]);

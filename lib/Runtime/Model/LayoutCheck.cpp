@@ -210,7 +210,7 @@ public:
       out << p.atoms[i] << '=' << p.sizes[i] << ',';
     for (int a : p.axisAtoms)
       out << a << ';';
-    out << 'b' << p.scaleBlock;
+    out << 'b' << p.scaleBlock << (p.mxfp4 ? "x" : "");
     for (const Split &s : p.splits) {
       if (s.padMultiple)
         return false;
@@ -444,7 +444,7 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
       if (scope && scope->skipParam[i])
         continue;
       const Param &p = m.params[i];
-      if (foldedScale(m, p))
+      if (foldedScale(m, p) || foldedMxfp4(m, p))
         continue;
       bool placed = planner.placedOn(p.placement, ctx);
       auto &boxes = held[int(i)];

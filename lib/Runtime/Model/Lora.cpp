@@ -80,12 +80,14 @@ std::vector<LoraTarget> mdl::rt::loraTable(const ModelLayout &m,
     return p.linearOutAxes >= 0 && !p.bias;
   };
   // Modules that also hold a parameter that is no linear's: a fused norm
-  // (an FP8 weight's block scales are the linear's own).
+  // (an FP8 weight's block scales, an MXFP4 weight's blocks and scales are
+  // the linear's own).
   std::set<std::string> withNorm;
   for (const RankTensor &t : tensors)
     for (const Piece &pc : t.pieces)
       if (m.params[size_t(pc.param)].linearOutAxes < 0 &&
-          m.params[size_t(pc.param)].scaleOf < 0)
+          m.params[size_t(pc.param)].scaleOf < 0 &&
+          m.params[size_t(pc.param)].mxfp4Of < 0)
         withNorm.insert(moduleOf(t.name));
   std::vector<LoraTarget> out;
   std::map<std::string, size_t> groupedTargets;

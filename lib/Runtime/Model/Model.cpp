@@ -557,6 +557,26 @@ void Model::buildParams(Instance &node) {
     // An FP8 block-scaled weight is stored in E4M3 unless declared otherwise.
     if (node.params.back().scaleBlock > 0 && !d.dtype)
       node.params.back().dtype = DType::F8E4M3;
+    if (d.mxfp4 && at(d.where, [&] {
+          return evalOne(node, d.mxfp4Cond, Value::boolean(true));
+        }).i) {
+      // Its scales cover blocks of 32 inputs, which must be whole.
+      ParamInstance &w = node.params.back();
+      w.mxfp4 = true;
+      size_t lead = d.expert.empty() ? 0 : 1;
+      int64_t in = 1;
+      std::string names;
+      for (size_t a = lead + size_t(d.outAxes); a < w.axes.size(); ++a)
+        for (const std::string &name : w.axes[a]) {
+          in *= node.get(name).i;
+          names += (names.empty() ? "" : " x ") + name;
+        }
+      if (in % kMxfp4Block != 0)
+        fail(d.where, "the MXFP4 weight '" + w.path + "' has " +
+                          std::to_string(in) + " inputs (" + names +
+                          "), not a multiple of its scale blocks of " +
+                          std::to_string(kMxfp4Block));
+    }
     if (!d.linear || !d.bias ||
         !at(d.where,
             [&] { return evalOne(node, d.biasCond, Value::boolean(true)); })

@@ -270,7 +270,7 @@ void Planner::validate() {
   for (const Param &p : m.params)
     for (const Split &s : p.splits) {
       int64_t n = cfg.size(s.axis);
-      if (n == 1 || foldedScale(m, p) || !s.holdsIn(cfg))
+      if (n == 1 || foldedScale(m, p) || foldedMxfp4(m, p) || !s.holdsIn(cfg))
         continue;
       int64_t pad = s.padMultiple ? s.padMultiple(cfg) : 0;
       SplitResult r = splitAtoms(splitSizes(p, s), n, 0, s.replicateWhenFewer,

@@ -395,6 +395,11 @@ void Emitter::printModule(const rt::ModuleDecl &m, raw_ostream &os) {
     }
     if (p.scaleBlock)
       os << "      p.scaleBlock = " << call(p.scaleBlock) << ";\n";
+    if (p.mxfp4) {
+      os << "      p.mxfp4 = true;\n";
+      if (p.mxfp4Cond)
+        os << "      p.mxfp4Cond = " << call(p.mxfp4Cond) << ";\n";
+    }
     if (p.cond)
       os << "      p.cond = " << call(p.cond) << ";\n";
     os << "      p.where = " << quote(p.where) << ";\n    }\n";

@@ -145,13 +145,13 @@ def MDL_LinearOp : MDL_Op<"linear", [Symbol]> {
                        MDL_ParallelStyleAttr:$style,
                        OptionalAttr<FlatSymbolRefAttr>:$expert,
                        OptionalAttr<MDL_ElementTypeAttr>:$dtype,
-                       UnitAttr:$bias);
+                       UnitAttr:$bias, UnitAttr:$mxfp4);
   let regions = (region AnyRegion:$biasCond, AnyRegion:$scaleBlock,
-                        AnyRegion:$cond);
+                        AnyRegion:$mxfp4Cond, AnyRegion:$cond);
   let assemblyFormat = [{
     $sym_name (`[` $expert^ `]`)? `:` $in `->` $out (`dtype` $dtype^)? $style
     (`bias` $bias^)? (`bias_if` $biasCond^)? (`scale` $scaleBlock^)?
-    (`if` $cond^)? attr-dict
+    (`mxfp4` $mxfp4^)? (`mxfp4_if` $mxfp4Cond^)? (`if` $cond^)? attr-dict
   }];
   let hasVerifier = 1;
   let hasRegionVerifier = 1;

@@ -173,6 +173,9 @@ private:
   bool planDequant(const RankTensor &t, const Piece &target, Job &job,
                    std::set<std::pair<const uint8_t *, uint64_t>> &sources,
                    bool &done, std::string &error) const;
+  bool planMxfp4(const RankTensor &t, const Piece &target, Job &job,
+                 std::set<std::pair<const uint8_t *, uint64_t>> &sources,
+                 bool &done, std::string &error) const;
   bool gather(int param, const Piece &box, DType dtype, int64_t offset,
               bool negExp, std::vector<SourceCopy> &copies,
               std::set<std::pair<const uint8_t *, uint64_t>> &sources,
@@ -181,6 +184,9 @@ private:
   /// pieces to `out` (which holds element `begin`).
   void dequantize(const Job &job, int64_t begin, int64_t end,
                   uint8_t *out) const;
+  /// The same for the job's k-th dequantized piece, an MXFP4 weight.
+  void dequantizeMxfp4(const Job &job, size_t k, int64_t begin, int64_t end,
+                       uint8_t *out) const;
   /// Tells the kernel not to read ahead in the source tensors that `jobs`
   /// read sparsely: short runs, together less than half of the tensor.
   static void adviseSparseReads(const std::vector<const Job *> &jobs);

@@ -90,6 +90,11 @@ struct Param {
   /// For a block-quantized weight, its scale parameter; for a scale, its
   /// weight (see addBlockScales); -1 otherwise.
   int scale = -1, scaleOf = -1;
+  /// An MXFP4 weight (`linear ... mxfp4`), whose logical value is held in
+  /// `dtype`: its packed E2M1 blocks and its E8M0 scales parameters (see
+  /// addMxfp4). For those two, `mxfp4Of` is the weight; -1 otherwise.
+  bool mxfp4 = false;
+  int mxfp4Blocks = -1, mxfp4Scales = -1, mxfp4Of = -1;
   /// The expert dimension of a grouped parameter, or "".
   std::string expert;
   /// The innermost stack element the parameter belongs to (an index into
@@ -243,6 +248,15 @@ struct ModelLayout {
   /// keeps no scales and holds block-quantized weights dequantized.
   std::string blockScaleSuffix;
 
+  /// How the backend keeps MXFP4 weights: the suffixes of the tensors of
+  /// their packed blocks and of their scales, and whether the 16 bytes of a
+  /// block are an axis of their own ([out, in/32, 16]) or one with the
+  /// blocks ([out, in/2]). An empty scales suffix: the backend holds MXFP4
+  /// weights dequantized.
+  std::string mxfp4BlocksSuffix, mxfp4ScalesSuffix;
+  bool mxfp4BytesAxis = false;
+  bool keepsMxfp4() const { return !mxfp4ScalesSuffix.empty(); }
+
   /// The module class the backend uses for each parallel role, with its
   /// properties (`sizes`, `returns`, `lora`, `input_is_parallel`), or for
   /// the modules of one name (`class "router" = ...`: no role).
@@ -297,6 +311,25 @@ BlockScaleResult addBlockScales(ModelLayout &m, DType dequantizedDType);
 /// dequantized: no tensor holds it, and its splits constrain nothing.
 inline bool foldedScale(const ModelLayout &m, const Param &p) {
   return p.scaleOf >= 0 && m.blockScaleSuffix.empty();
+}
+
+/// MXFP4 weights (`linear ... mxfp4`, OCP Microscaling: blocks of 32 E2M1
+/// values along the input side sharing an E8M0 scale 2^(s - 127), two
+/// values a byte, the lower nibble first). Adds to `m`, for each such
+/// weight, its blocks parameter `<weight>.blocks` (U8, [E, out..., in/32,
+/// 16]) and its scales parameter `<weight>.scales` (U8, [E, out...,
+/// in/32]), split as the weight is. On a backend that keeps MXFP4, each
+/// tensor holding such weights becomes the tensor of their blocks (its
+/// name with `m.mxfp4BlocksSuffix`) and gets a companion with their scales;
+/// elsewhere it is marked as holding them dequantized.
+BlockScaleResult addMxfp4(ModelLayout &m);
+/// The number of values an MXFP4 scale covers along the input side.
+constexpr int64_t kMxfp4Block = 32;
+/// Whether `p` is a parameter `m`'s backend does not hold because it holds
+/// the other form of an MXFP4 weight: the blocks and scales on a backend
+/// that dequantizes, the logical weight on one that keeps MXFP4.
+inline bool foldedMxfp4(const ModelLayout &m, const Param &p) {
+  return m.keepsMxfp4() ? p.mxfp4 : p.mxfp4Of >= 0;
 }
 /// The atoms (indices into `atoms`) of a linear weight's expert, output and
 /// input sides, each in order.

@@ -108,6 +108,10 @@ struct ParamDecl {
   Expr cond = nullptr, biasCond = nullptr;
   /// A linear's FP8 block size (`scale(B)`); null: unscaled.
   Expr scaleBlock = nullptr;
+  /// Whether a linear's weight is MXFP4 (`mxfp4`, or `mxfp4(cond)` when
+  /// `mxfp4Cond` holds).
+  bool mxfp4 = false;
+  Expr mxfp4Cond = nullptr;
   std::string where;
 };
 
@@ -293,6 +297,11 @@ struct BackendDecl {
   /// The backend whose layout LoRA adapters for this one are kept in.
   Expr adapterBackend = nullptr;
   Expr blockScaleSuffix = nullptr;
+  /// How the backend keeps MXFP4 weights (`mxfp4_blocks_suffix`,
+  /// `mxfp4_scales_suffix`, `mxfp4_bytes_axis`); without a scales suffix
+  /// it holds them dequantized.
+  Expr mxfp4BlocksSuffix = nullptr, mxfp4ScalesSuffix = nullptr,
+       mxfp4BytesAxis = nullptr;
   /// Whether the layers of the staged stack are stacked along a leading
   /// axis of their tensors (Megatron's distributed checkpoints).
   Expr stackLayers = nullptr;
@@ -356,6 +365,7 @@ struct ParamInstance {
   /// The pipeline stage(s) that hold it.
   Placement stage;
   int64_t scaleBlock = 0;
+  bool mxfp4 = false;
 };
 
 /// A config key read as an integer that is absent or below 1.
