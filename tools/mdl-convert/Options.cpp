@@ -21,7 +21,8 @@ const char *const kUsage =
        mdl-convert --list
 
 Converts a checkpoint from layout A to layout B (hf, mcore-te, mcore-local,
-vllm, ...). The model is the one whose spec serves config.json's
+vllm, ...); A and B may be one layout (a Megatron checkpoint to another
+parallel configuration, an HF checkpoint into other shards). The model is the one whose spec serves config.json's
 architectures and model_type, or NAME. IN_DIR holds config.json and, for
 hf, the safetensors files (with model.safetensors.index.json when
 sharded); for a backend, what mdl-convert wrote (plan.json, config.json,
@@ -95,8 +96,10 @@ Options:
   --replace-copies    accept that a tensor of the source the layout has as
                       a copy of another (an MTP layer's embed_tokens or
                       shared_head.head in an HF checkpoint) but that
-                      differs from it is replaced by that other; without
-                      it, such a source is refused, naming both tensors
+                      differs from it is replaced by that other where the
+                      target holds no such copy (a target of the same
+                      backend keeps it); without it, such a source is
+                      refused, naming both tensors
   --dry-run           check the source as the conversion does, then print
                       what each target rank would hold (directory, name,
                       shape, dtype) and write nothing

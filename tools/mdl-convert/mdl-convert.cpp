@@ -366,8 +366,6 @@ std::optional<int> Conversion::checkCommandLine() {
     return usage("--from and --to are required");
   if (o.positional.size() != 2)
     return usage("give IN_DIR and OUT_DIR");
-  if (o.fromName == o.toName)
-    return usage("--from and --to name the same layout");
   inDir = o.positional[0];
   outDir = o.positional[1];
   if (!isDir(inDir))

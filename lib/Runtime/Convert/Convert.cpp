@@ -38,14 +38,29 @@ Converter::Converter(const Binding &from, const ParallelConfig &fromConfig,
   restrictSources(all);
 }
 
+/// What holds the elements of `pc` in tensor `t`: the parameter's path, or
+/// for a copy tensor (an MTP layer's embed_tokens) the path, the backend
+/// and the copy's name, so that a copy is kept apart where both ends are
+/// the same backend and hold it.
+static std::string heldKey(const ModelLayout &m, const RankTensor &t,
+                           const Piece &pc) {
+  const std::string &path = m.params[size_t(pc.param)].path;
+  return t.copy ? path + "\n" + m.backend + "\n" + t.name : path;
+}
+
+template <typename Map>
+static std::string sourceKey(const ModelLayout &m, const RankTensor &t,
+                             const Piece &pc, const Map &held) {
+  std::string key = heldKey(m, t, pc);
+  return held.count(key) ? key : m.params[size_t(pc.param)].path;
+}
+
 void Converter::restrictSources(const std::set<int64_t> &ranks) {
   holders.clear();
   for (int64_t r : ranks)
     for (const RankTensor &t : from.rankTensors(fromConfig, r)) {
-      if (t.copy)
-        continue;
       for (const Piece &pc : t.pieces) {
-        auto &held = holders[from.layout().params[size_t(pc.param)].path];
+        auto &held = holders[heldKey(from.layout(), t, pc)];
         if (std::none_of(held.begin(), held.end(), [&](const HeldBox &b) {
               return b.lo == pc.lo && b.count == pc.count;
             }))
@@ -343,8 +358,6 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
           .push_back({rank, ckpt.get(), &ref->info->name, data,
                       ref->info->numBytes(), t.dtype, t.offset, t.negExp,
                       t.pieces});
-    if (t.copy)
-      continue;
     // A distributed checkpoint's tensor is read from its chunks: each box
     // cut into the parts its chunks hold.
     const std::vector<Checkpoint::Chunk> *chunks = ckpt->chunks(*ref);
@@ -355,7 +368,7 @@ bool Converter::addSource(int64_t rank, std::shared_ptr<Checkpoint> ckpt,
     }
     for (const Piece &pc : t.pieces) {
       // A parameter replicated over ranks is read from the first only.
-      std::vector<View> &held = views[from.layout().params[size_t(pc.param)].path];
+      std::vector<View> &held = views[heldKey(from.layout(), t, pc)];
       if (std::any_of(held.begin(), held.end(), [&](const View &v) {
             return v.piece.lo == pc.lo && v.piece.count == pc.count &&
                    v.dtype == t.dtype && v.offset == t.offset &&
@@ -410,7 +423,16 @@ std::optional<std::string> Converter::differingCopy() const {
         return false;
     return true;
   };
-  for (const HeldTensor &c : copies)
+  // The copies a target of the same backend holds keep their bytes.
+  std::set<std::string> kept;
+  if (to.layout().backend == from.layout().backend)
+    for (int64_t r = 0; r < Binding::numRanks(toConfig); ++r)
+      for (const RankTensor &t : to.rankTensors(toConfig, r))
+        if (t.copy)
+          kept.insert(t.name);
+  for (const HeldTensor &c : copies) {
+    if (kept.count(*c.name))
+      continue;
     for (const HeldTensor &t : copied) {
       if (t.bytes != c.bytes || t.dtype != c.dtype || t.offset != c.offset ||
           t.negExp != c.negExp ||
@@ -429,6 +451,7 @@ std::optional<std::string> Converter::differingCopy() const {
              "second: the conversion would write '" + *t.name +
              "' in its place (--replace-copies accepts that)";
     }
+  }
   return std::nullopt;
 }
 
@@ -441,7 +464,7 @@ Converter::sourcesOf(int64_t rank,
       const std::string &path = to.layout().params[size_t(pc.param)].path;
       if (onlyParams && !onlyParams->count(path))
         continue;
-      auto it = holders.find(path);
+      auto it = holders.find(sourceKey(to.layout(), t, pc, holders));
       if (it == holders.end())
         continue;
       for (const HeldBox &b : it->second) {
@@ -575,8 +598,9 @@ bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
         continue;
       }
     }
-    if (!gather(target.param, target, t.dtype, t.offset, t.negExp, job.copies,
-                sources, t.name, error))
+    if (!gather(target.param, sourceKey(to.layout(), t, target, views),
+                target, t.dtype, t.offset, t.negExp, job.copies, sources,
+                t.name, error))
       return false;
     held += target.numElements();
   }
@@ -588,14 +612,14 @@ bool Converter::plan(const RankTensor &t, Job &job, std::string &error) const {
 /// The copies from the source views of `param` into `box`, a piece of a
 /// tensor of `dtype` storing values plus `offset` (or, with `negExp`,
 /// -exp of them); false (with `error`) unless they cover it.
-bool Converter::gather(int param, const Piece &box, DType dtype,
-                       int64_t offset, bool negExp,
+bool Converter::gather(int param, const std::string &key, const Piece &box,
+                       DType dtype, int64_t offset, bool negExp,
                        std::vector<SourceCopy> &copies,
                        std::set<std::pair<const uint8_t *, uint64_t>> &sources,
                        const std::string &tensor, std::string &error) const {
   const std::string &path = to.layout().params[size_t(param)].path;
   int64_t covered = 0;
-  if (auto it = views.find(path); it != views.end())
+  if (auto it = views.find(key); it != views.end())
     for (const View &v : it->second) {
       SourceCopy copy{BoxCopy(), v.data, v.file, v.fileOffset};
       if (!copy.box.init(v.piece, v.dtype, v.offset, box, dtype, offset,
@@ -659,10 +683,10 @@ bool Converter::planDequant(
   }
   scale.stride.assign(scale.lo.size(), 0);
   d.scaleBox = contiguous(scale);
-  if (!gather(target.param, d.weightBox, DType::F8E4M3, 0, false, d.weightCopies,
-              sources, t.name, error) ||
-      !gather(w.scale, d.scaleBox, DType::F32, 0, false, d.scaleCopies, sources,
-              t.name, error))
+  if (!gather(target.param, w.path, d.weightBox, DType::F8E4M3, 0, false,
+              d.weightCopies, sources, t.name, error) ||
+      !gather(w.scale, m.params[size_t(w.scale)].path, d.scaleBox, DType::F32,
+              0, false, d.scaleCopies, sources, t.name, error))
     return false;
   job.dequants.push_back(std::move(d));
   return true;
@@ -708,10 +732,12 @@ bool Converter::planMxfp4(
   blocks.count.push_back(kMxfp4Block / 2);
   blocks.stride.push_back(0);
   d.weightBox = contiguous(blocks);
-  if (!gather(w.mxfp4Blocks, d.weightBox, DType::U8, 0, false,
-              d.weightCopies, sources, t.name, error) ||
-      !gather(w.mxfp4Scales, d.scaleBox, DType::U8, 0, false, d.scaleCopies,
-              sources, t.name, error))
+  if (!gather(w.mxfp4Blocks, m.params[size_t(w.mxfp4Blocks)].path,
+              d.weightBox, DType::U8, 0, false, d.weightCopies, sources,
+              t.name, error) ||
+      !gather(w.mxfp4Scales, m.params[size_t(w.mxfp4Scales)].path,
+              d.scaleBox, DType::U8, 0, false, d.scaleCopies, sources,
+              t.name, error))
     return false;
   job.dequants.push_back(std::move(d));
   return true;
@@ -1248,7 +1274,7 @@ Converter::plannedCopies(int64_t rank,
   for (const RankTensor &t : to.rankTensors(toConfig, rank))
     for (const Piece &pc : t.pieces) {
       const Param &param = m.params[size_t(pc.param)];
-      auto it = views.find(param.path);
+      auto it = views.find(sourceKey(m, t, pc, views));
       if ((onlyParams && !onlyParams->count(param.path)) || it == views.end())
         continue;
       for (const View &v : it->second) {

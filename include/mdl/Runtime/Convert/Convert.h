@@ -48,9 +48,11 @@ public:
                  const std::set<std::string> &dropped = {});
   /// A copy tensor of the sources (an MTP layer's copy of the embedding or
   /// the head) whose bytes differ from those of the tensor it copies, held
-  /// alike: what a conversion would replace by the copied tensor, as a
-  /// message naming both; nothing when every copy is equal (or held in
-  /// another way, and not compared). Reads the copies' data.
+  /// alike, and which the target holds no copy of the same name of (such a
+  /// copy keeps the source copy's bytes): what a conversion would replace
+  /// by the copied tensor, as a message naming both; nothing when every
+  /// copy is equal or kept (or held in another way, and not compared).
+  /// Reads the copies' data.
   std::optional<std::string> differingCopy() const;
   /// The number of worker threads writeRank() uses (by default the CPUs
   /// this process may use: usableCpus()).
@@ -176,8 +178,11 @@ private:
   bool planMxfp4(const RankTensor &t, const Piece &target, Job &job,
                  std::set<std::pair<const uint8_t *, uint64_t>> &sources,
                  bool &done, std::string &error) const;
-  bool gather(int param, const Piece &box, DType dtype, int64_t offset,
-              bool negExp, std::vector<SourceCopy> &copies,
+  /// The copies from the views of `key` (the parameter `param`, or a copy
+  /// tensor of it kept apart) into `box`.
+  bool gather(int param, const std::string &key, const Piece &box,
+              DType dtype, int64_t offset, bool negExp,
+              std::vector<SourceCopy> &copies,
               std::set<std::pair<const uint8_t *, uint64_t>> &sources,
               const std::string &tensor, std::string &error) const;
   /// Writes the target elements in [begin, end) of the job's dequantized
@@ -198,7 +203,8 @@ private:
   unsigned numThreads = 1;
   bool directIO = false;
   std::vector<std::shared_ptr<Checkpoint>> keep;
-  /// Per parameter of the source layout: the views that hold it.
+  /// Per parameter of the source layout: the views that hold it (a copy
+  /// tensor's under its own key, heldKey() in Convert.cpp).
   std::map<std::string, std::vector<View>> views;
   /// Per parameter path of the source layout: each box of it the source
   /// ranks hold, with the first rank that holds it (a replicated box is
