@@ -2,8 +2,10 @@
 
 #include "mdl/Evaluate/Check.h"
 
+#include "mdl/Runtime/Model/ChoiceReads.h"
 #include "mdl/Runtime/Model/Detect.h"
 #include "mdl/Runtime/Model/LayoutCheck.h"
+#include "mdl/Runtime/Model/PlanCache.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringExtras.h"
@@ -471,6 +473,7 @@ void CheckSession::checkModel(
         backends.push_back(b.getSymName().str());
   }
   std::vector<ParallelConfig> points = rt::expandGrid(grid);
+  std::map<std::string, rt::BoundLayout> defaultBindings;
   if (backends.empty()) {
     Summary sum;
     sum.model = modelName;
@@ -489,19 +492,58 @@ void CheckSession::checkModel(
       continue;
     }
     // Every combination of the backend's choices is checked; the defaults'
-    // (the first) gives the summary.
+    // (the first) gives the summary. A check depends on the choices its
+    // evaluations read alone: a combination that agrees with one checked
+    // before on those has its findings, under its own label.
     std::vector<std::map<std::string, std::string>> combos =
         choiceCombinations(*inst, *backend, choices);
-    for (size_t ci = 0; ci < combos.size(); ++ci)
-      checkBinding(model, *inst, *backend, combos[ci],
-                   choiceLabel(combos[ci], combos.front()),
-                   configPath, points, /*summarize=*/ci == 0);
+    struct Checked {
+      std::set<std::string> reads;
+      size_t combo;
+      std::vector<std::pair<Finding, std::string>> found;
+    };
+    std::vector<Checked> checked;
+    auto valueOf = [](const std::map<std::string, std::string> &combo,
+                      const std::string &name) {
+      auto it = combo.find(name);
+      return it == combo.end() ? std::string() : it->second;
+    };
+    for (size_t ci = 0; ci < combos.size(); ++ci) {
+      std::string label = choiceLabel(combos[ci], combos.front());
+      auto same = llvm::find_if(checked, [&](const Checked &c) {
+        return llvm::all_of(c.reads, [&](const std::string &name) {
+          return valueOf(combos[ci], name) == valueOf(combos[c.combo], name);
+        });
+      });
+      if (same != checked.end()) {
+        for (const auto &[f, cfg] : same->found)
+          add(f, cfg.empty() ? label
+                 : label.empty() ? cfg
+                                 : cfg + " " + label);
+        continue;
+      }
+      Checked now;
+      now.combo = ci;
+      std::optional<rt::BoundLayout> bm;
+      {
+        rt::ChoiceReads reads;
+        bm = checkBinding(model, *inst, *backend, combos[ci], label,
+                          configPath, points, /*summarize=*/ci == 0,
+                          &now.found);
+        now.reads = reads.names();
+      }
+      if (!bm)
+        continue;
+      if (ci == 0)
+        defaultBindings.emplace(backend->name, std::move(*bm));
+      checked.push_back(std::move(now));
+    }
   }
 
   // The parallel configurations the spec says real deployments use must
   // be valid.
   for (auto d : model.getBodyBlock().getOps<DeployOp>())
-    checkDeploy(model, d, *decls, *inst, choices, configPath);
+    checkDeploy(model, d, *decls, *inst, choices, configPath, defaultBindings);
 
   // A name that ignores a stack's index shows only with two elements:
   // stacks of one (an MTP block of depth 1) are named again at two.
@@ -532,6 +574,7 @@ void CheckSession::checkModel(
       return locationOf(bm->sources[size_t(source)], model.getLoc());
     };
     std::set<std::string> namedPipelines;
+    rt::PlanCache cache(bm->layout);
     for (ParallelConfig point : points) {
       point = onMesh(point, bm->layout.mesh);
       rt::Planner planner(bm->layout, point);
@@ -548,13 +591,11 @@ void CheckSession::checkModel(
   }
 }
 
-void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
-                                const rt::BackendDecl &backend,
-                                const std::map<std::string, std::string> &combo,
-                                const std::string &label,
-                                const std::string &configPath,
-                                const std::vector<ParallelConfig> &points,
-                                bool summarize) {
+std::optional<rt::BoundLayout> CheckSession::checkBinding(
+    ModuleDeclOp model, rt::Model &inst, const rt::BackendDecl &backend,
+    const std::map<std::string, std::string> &combo, const std::string &label,
+    const std::string &configPath, const std::vector<ParallelConfig> &points,
+    bool summarize, std::vector<std::pair<Finding, std::string>> *record) {
   std::string modelName = model.getSymName().str();
   const std::string &b = backend.name;
   // Where a finding occurs: the parallel configuration and the choices
@@ -562,9 +603,15 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
   auto where = [&](const std::string &cfg) {
     return cfg.empty() ? label : label.empty() ? cfg : cfg + " " + label;
   };
+  // Every finding of the binding, with the configuration it occurs in.
+  auto emit = [&](Finding f, const std::string &cfg) {
+    if (record)
+      record->push_back({f, cfg});
+    add(std::move(f), where(cfg));
+  };
   std::optional<rt::BoundLayout> bm = bindChecked(model, inst, backend, combo);
   if (!bm)
-    return;
+    return bm;
   const rt::ModelLayout &layout = bm->layout;
   auto at = [&](int source) -> Location {
     return source >= 0 ? locationOf(bm->sources[size_t(source)], model.getLoc())
@@ -576,7 +623,7 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
               b, configPath, "", 0};
     if (related >= 0)
       f.related = at(related);
-    add(std::move(f), where(cfg));
+    emit(std::move(f), cfg);
   };
 
   // What does not depend on the parallel configuration.
@@ -624,6 +671,7 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
 
   // What makes even the unsharded layout invalid (a config's absurd sizes)
   // is an error of the model, whatever the grid.
+  rt::PlanCache cache(layout);
   rt::Planner unsharded(layout, ParallelConfig());
   for (const std::string &why : unsharded.invalidReasons())
     finding("coverage", why, -1, "");
@@ -640,14 +688,14 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
       if (!members.insert(member).second)
         continue;
       Operation *decl = SymbolTable::lookupSymbolIn(model, member);
-      add({"unplaced",
-           "member '" + member +
-               "' is placed on no pipeline stage: no "
-               "configuration with pp > 1 can hold it (list it under first, "
-               "last or stages)",
-           decl ? decl->getLoc() : model.getLoc(), modelName, b, configPath, "",
-           0},
-          label);
+      emit({"unplaced",
+            "member '" + member +
+                "' is placed on no pipeline stage: no "
+                "configuration with pp > 1 can hold it (list it under first, "
+                "last or stages)",
+            decl ? decl->getLoc() : model.getLoc(), modelName, b, configPath,
+            "", 0},
+           "");
     }
   }
 
@@ -678,9 +726,9 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
       // A grid of one point asks for that configuration.
       if (points.size() == 1)
         for (const std::string &why : planner.invalidReasons())
-          add({"parallel", cfg + " is not a valid configuration: " + why,
-               model.getLoc(), modelName, b, configPath, "", 0},
-              where(cfg));
+          emit({"parallel", cfg + " is not a valid configuration: " + why,
+                model.getLoc(), modelName, b, configPath, "", 0},
+               cfg);
       continue;
     }
     ++sum.valid;
@@ -697,12 +745,14 @@ void CheckSession::checkBinding(ModuleDeclOp model, rt::Model &inst,
   }
   if (summarize)
     sums.push_back(std::move(sum));
+  return bm;
 }
 
 void CheckSession::checkDeploy(
     ModuleDeclOp model, DeployOp deploy, SpecDecls &decls, rt::Model &inst,
     const std::map<std::string, std::string> &choices,
-    const std::string &configPath) {
+    const std::string &configPath,
+    const std::map<std::string, rt::BoundLayout> &bound) {
   std::string b = deploy.getBackend().str();
   if (!opts.backends.empty() && !llvm::is_contained(opts.backends, b))
     return;
@@ -715,16 +765,25 @@ void CheckSession::checkDeploy(
     ok = false;
     return;
   }
-  std::optional<rt::BoundLayout> bm = bindChecked(
-      model, inst, *backend, choiceCombinations(inst, *backend, choices).front());
-  if (!bm)
-    return;
+  // The binding of the default choices, as checked (else bound here).
+  std::optional<rt::BoundLayout> own;
+  const rt::BoundLayout *bm = nullptr;
+  if (auto it = bound.find(backend->name); it != bound.end()) {
+    bm = &it->second;
+  } else {
+    own = bindChecked(model, inst, *backend,
+                      choiceCombinations(inst, *backend, choices).front());
+    if (!own)
+      return;
+    bm = &*own;
+  }
   std::map<std::string, std::vector<int64_t>> grid;
   for (NamedAttribute a : deploy.getAxes()) {
     ArrayRef<int64_t> values = cast<DenseI64ArrayAttr>(a.getValue()).asArrayRef();
     grid[a.getName().str()].assign(values.begin(), values.end());
   }
   std::string modelName = model.getSymName().str();
+  rt::PlanCache cache(bm->layout);
   for (const ParallelConfig &point : rt::expandGrid(grid)) {
     rt::Planner planner(bm->layout, point);
     for (const std::string &why : planner.invalidReasons())

@@ -10,9 +10,11 @@
 #include "mdl/Evaluate/Interpreter.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <memory>
 #include <unordered_map>
 
 using namespace mlir;
@@ -72,13 +74,29 @@ rt::Value constant(Attribute a) {
   return rt::Value::listOf(std::move(list));
 }
 
+/// The declaration each name of a region, and of the lets it reads,
+/// resolves to: found once, when the expression is made.
+using Decls = llvm::DenseMap<Operation *, Operation *>;
+
+void resolveNames(Region &region, Decls &out) {
+  region.walk([&](GetOp g) {
+    if (out.count(g))
+      return;
+    Operation *decl = lookupValueDecl(g, g.getName());
+    out[g] = decl;
+    if (auto let = dyn_cast_or_null<LetOp>(decl);
+        let && !isa<ModuleDeclOp>(let->getParentOp()))
+      resolveNames(let.getValue(), out);
+  });
+}
+
 /// Evaluates the values of one region (and, as a child, of a
 /// comprehension's body) for one call of its expression.
 class Interpreter {
 public:
-  Interpreter(rt::Eval &e, Interpreter *parent = nullptr,
+  Interpreter(rt::Eval &e, const Decls &decls, Interpreter *parent = nullptr,
               Region *scope = nullptr)
-      : e(e), parent(parent), scope(scope) {}
+      : e(e), decls(decls), parent(parent), scope(scope) {}
 
   rt::Value run(Region &region, unsigned result) {
     auto yield = cast<YieldOp>(region.front().back());
@@ -104,7 +122,14 @@ private:
     }
   }
 
+  /// The declaration `g` reads.
+  Operation *declOf(GetOp g) const {
+    auto it = decls.find(g);
+    return it != decls.end() ? it->second : lookupValueDecl(g, g.getName());
+  }
+
   rt::Eval &e;
+  const Decls &decls;
   struct Hash {
     size_t operator()(Value v) const { return hash_value(v); }
   };
@@ -122,7 +147,7 @@ const rt::Value &Interpreter::eval(Value v) {
   if (parent && !scope->isAncestor(v.getParentRegion()))
     return parent->eval(v);
   if (auto g = v.getDefiningOp<GetOp>()) {
-    Operation *decl = lookupValueDecl(g, g.getName());
+    Operation *decl = declOf(g);
     if (decl && isa<ModuleDeclOp>(decl->getParentOp()))
       return at(g, [&]() -> const rt::Value & {
         return e.get(g.getName().str().c_str());
@@ -149,7 +174,7 @@ rt::Value Interpreter::evalOp(Operation *op) {
   return TypeSwitch<Operation *, rt::Value>(op)
       .Case<ConstantOp>([&](ConstantOp c) { return constant(c.getValue()); })
       .Case<GetOp>([&](GetOp g) -> rt::Value {
-        Operation *decl = lookupValueDecl(g, g.getName());
+        Operation *decl = declOf(g);
         if (auto choice = dyn_cast_or_null<ChoiceOp>(decl))
           return e.choice(
               choice.getSymName().str().c_str(),
@@ -157,7 +182,7 @@ rt::Value Interpreter::evalOp(Operation *op) {
         // A let of a layout or a backend is evaluated here, in this scope.
         if (auto let = dyn_cast_or_null<LetOp>(decl);
             let && !isa<ModuleDeclOp>(let->getParentOp()))
-          return Interpreter(e).run(let.getValue(), 0);
+          return Interpreter(e, decls).run(let.getValue(), 0);
         return e.get(g.getName().str().c_str());
       })
       .Case<ContextOp>(
@@ -214,7 +239,7 @@ rt::Value Interpreter::evalOp(Operation *op) {
         return rt::comprehend(e, present(c.getSource()),
                               [&](const rt::Value &x) {
                                 // The body sees the enclosing variables.
-                                Interpreter inner(e, this, &body);
+                                Interpreter inner(e, decls, this, &body);
                                 inner.values[body.front().getArgument(0)] = x;
                                 return inner.run(body, 0);
                               });
@@ -232,6 +257,11 @@ rt::Value Interpreter::evalOp(Operation *op) {
 
 rt::Expr InterpretingExprs::make(Region &region, unsigned result) {
   Region *r = &region;
+  auto decls = std::make_shared<Decls>();
+  resolveNames(region, *decls);
   return rt::Expr(
-      [r, result](rt::Eval &e) { return Interpreter(e).run(*r, result); }, -1);
+      [r, result, decls](rt::Eval &e) {
+        return Interpreter(e, *decls).run(*r, result);
+      },
+      -1);
 }

@@ -96,17 +96,24 @@ private:
                   const std::map<std::string, std::vector<int64_t>> &grid);
   /// Checks one binding of the model, under one combination of the
   /// backend's choices (`label` names those that are not the defaults);
-  /// `summarize`: its counts make the backend's summary.
-  void checkBinding(ModuleDeclOp model, rt::Model &inst,
-                    const rt::BackendDecl &backend,
-                    const std::map<std::string, std::string> &combo,
-                    const std::string &label, const std::string &configPath,
-                    const std::vector<ParallelConfig> &points, bool summarize);
-  /// Reports each configuration of a `deploy` the spec makes invalid.
+  /// `summarize`: its counts make the backend's summary. Appends to
+  /// `record`, when given, each finding with the parallel configuration it
+  /// occurs in (without `label`). Returns the binding, if there is one.
+  std::optional<rt::BoundLayout>
+  checkBinding(ModuleDeclOp model, rt::Model &inst,
+               const rt::BackendDecl &backend,
+               const std::map<std::string, std::string> &combo,
+               const std::string &label, const std::string &configPath,
+               const std::vector<ParallelConfig> &points, bool summarize,
+               std::vector<std::pair<Finding, std::string>> *record = nullptr);
+  /// Reports each configuration of a `deploy` the spec makes invalid;
+  /// `bound` holds the bindings of the default choices made so far, by
+  /// backend.
   void checkDeploy(ModuleDeclOp model, DeployOp deploy, SpecDecls &decls,
                    rt::Model &inst,
                    const std::map<std::string, std::string> &choices,
-                   const std::string &configPath);
+                   const std::string &configPath,
+                   const std::map<std::string, rt::BoundLayout> &bound);
   void add(Finding f, const std::string &config);
   /// Binds `inst` to `backend` with `choices`, its errors tagged `bind`;
   /// nothing, and the session failed, when it does not bind.

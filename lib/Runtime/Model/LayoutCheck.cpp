@@ -6,7 +6,9 @@
 #include <climits>
 #include <map>
 #include <set>
-#include <sstream>
+#include <string_view>
+#include <unordered_map>
+#include <type_traits>
 
 using namespace mdl;
 using namespace mdl::rt;
@@ -186,6 +188,37 @@ void checkSplit(const Planner &planner, const LocalTensor &lt,
 
 namespace {
 
+/// A string written to as a stream is, without the stream's cost.
+class Text {
+public:
+  Text &operator<<(char c) {
+    s += c;
+    return *this;
+  }
+  Text &operator<<(const char *c) {
+    s += c;
+    return *this;
+  }
+  Text &operator<<(std::string_view c) {
+    s.append(c.data(), c.size());
+    return *this;
+  }
+  Text &operator<<(const std::string &c) {
+    s += c;
+    return *this;
+  }
+  template <typename T,
+            std::enable_if_t<std::is_integral_v<T>, int> = 0>
+  Text &operator<<(T v) {
+    s += std::to_string(v);
+    return *this;
+  }
+  const std::string &str() const { return s; }
+
+private:
+  std::string s;
+};
+
 /// Serializes what planning a layer depends on, with parameters numbered
 /// within the layer, so that equal strings mean equal plans. Source ids are
 /// left out: they differ per layer, and a finding of the representative
@@ -253,7 +286,7 @@ public:
       out << 's' << *t.splitAxis << int(t.splitBy);
   }
 
-  std::string str() const { return out.str(); }
+  const std::string &str() const { return out.str(); }
 
 private:
   int64_t param(int p) const {
@@ -277,7 +310,7 @@ private:
   const ModelLayout &m;
   int64_t index;
   std::map<int, size_t> ordinal;
-  std::ostringstream out;
+  Text out;
 };
 
 } // namespace
@@ -356,7 +389,8 @@ std::vector<Problem> mdl::rt::checkNames(const Planner &planner) {
   for (const RankContext &ctx : planner.ranks()) {
     if (ctx.tpRank != 0 || ctx.epRank != 0)
       continue;
-    std::map<std::string, int> names;
+    std::unordered_map<std::string, int> names;
+    names.reserve(m.tensors.size());
     for (size_t i = 0; i < m.tensors.size(); ++i) {
       std::optional<std::string> name = planner.tensorName(int(i), ctx);
       if (!name)
@@ -416,11 +450,17 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
       ranks.push_back(ctx);
   }
   std::vector<bool> seenSpec(m.tensors.size(), false);
+  // The boxes each parameter's tensors hold on a rank, and the parameters
+  // that have some.
+  std::vector<std::vector<std::pair<const Piece *, int>>> held(
+      m.params.size());
+  std::vector<int> holding;
   for (const RankContext &ctx : ranks) {
     std::vector<LocalTensor> tensors =
         planner.tensors(ctx, &problems, scope ? &scope->skipTensor : nullptr);
-    // The boxes each parameter's tensors hold on this rank.
-    std::map<int, std::vector<std::pair<const Piece *, int>>> held;
+    for (int i : holding)
+      held[size_t(i)].clear();
+    holding.clear();
     std::vector<bool> anyCopy(m.params.size(), false);
     for (const LocalTensor &lt : tensors) {
       const TensorSpec &t = m.tensors[lt.spec];
@@ -437,7 +477,9 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
           anyCopy[pc.param] = true;
           continue;
         }
-        held[pc.param].push_back({&pc, lt.spec});
+        if (held[size_t(pc.param)].empty())
+          holding.push_back(pc.param);
+        held[size_t(pc.param)].push_back({&pc, lt.spec});
       }
     }
     for (size_t i = 0; i < m.params.size(); ++i) {
@@ -447,7 +489,7 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
       if (foldedScale(m, p) || foldedMxfp4(m, p))
         continue;
       bool placed = planner.placedOn(p.placement, ctx);
-      auto &boxes = held[int(i)];
+      auto &boxes = held[i];
       if (!placed) {
         for (auto &[pc, spec] : boxes)
           problems.push_back({"placement",
@@ -467,7 +509,10 @@ std::vector<Problem> mdl::rt::checkLayout(const Planner &planner,
       std::vector<const Piece *> pieces;
       for (auto &[pc, spec] : boxes)
         pieces.push_back(pc);
-      std::vector<int> before = firstOverlaps(pieces);
+      // One box overlaps no other.
+      std::vector<int> before = boxes.size() > 1
+                                    ? firstOverlaps(pieces)
+                                    : std::vector<int>(boxes.size(), -1);
       for (size_t y = 0; y < boxes.size(); ++y)
         if (before[y] >= 0)
           problems.push_back(

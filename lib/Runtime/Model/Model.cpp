@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mdl/Runtime/Model/Model.h"
+#include "mdl/Runtime/Model/ChoiceReads.h"
 #include "mdl/Runtime/Base/File.h"
 #include "Model/Evaluation.h"
 
@@ -211,7 +212,22 @@ Value Eval::context(const char *var) {
   return isBoolContextVar(v) ? Value::boolean(x) : Value::integer(x);
 }
 
+namespace {
+thread_local ChoiceReads *innermostReads = nullptr;
+} // namespace
+
+ChoiceReads::ChoiceReads() : outer(innermostReads) { innermostReads = this; }
+
+ChoiceReads::~ChoiceReads() { innermostReads = outer; }
+
+void ChoiceReads::note(const char *name) {
+  for (ChoiceReads *r = innermostReads; r; r = r->outer)
+    r->read.insert(name);
+}
+
 Value Eval::choice(const char *name, const char *first) {
+  if (innermostReads)
+    ChoiceReads::note(name);
   if (choices)
     if (auto it = choices->find(name); it != choices->end())
       return Value::string(it->second);

@@ -2,11 +2,13 @@
 
 #include "mdl/Runtime/Model/Plan.h"
 #include "mdl/Runtime/Base/Value.h"
+#include "mdl/Runtime/Model/PlanCache.h"
 
 #include <algorithm>
 #include <cassert>
 #include <functional>
 #include <set>
+#include <unordered_map>
 
 using namespace mdl;
 using namespace mdl::rt;
@@ -149,6 +151,221 @@ std::string generalize(const std::string &path) {
 } // namespace
 
 //===----------------------------------------------------------------------===//
+// Facts of a layout
+//===----------------------------------------------------------------------===//
+
+/// Splits that divide alike in every configuration: the same axis, atom
+/// sizes, replication, padding, condition (equal `whenKey`s, equal
+/// conditions) and reason not to split, of parameters that are alike
+/// folded scales or not and whose splits read alike in messages.
+struct SplitClass {
+  const Split *first = nullptr; // its condition and padding
+  std::vector<int64_t> sizes;
+  std::string generalWhy;
+  bool folded = false;
+  /// The members that are not folded scales (0 when folded).
+  int members = 0;
+};
+
+namespace {
+
+struct LayoutFacts {
+  /// Why the model is refused whatever the configuration (a tensor that
+  /// names too many tensors), or "".
+  std::string familyReason;
+  std::vector<SplitClass> splitClasses; // in order of their first member
+  /// Per parameter, per split: its class.
+  std::vector<std::vector<int>> classOf;
+  /// The generalized paths of the parameters no stage holds, sorted.
+  std::vector<std::string> unplaced;
+  /// Per tensor: tensorParams().
+  std::vector<std::vector<int>> params;
+};
+
+/// A configuration's view of the split classes, each computed when first
+/// asked.
+struct Memo {
+  struct Class {
+    bool known = false;
+    bool holds = false;  // its condition holds
+    bool active = false; // it splits in the configuration
+    int64_t n = 1, pad = 0;
+    /// The chunk of each rank of the axis, once computed.
+    std::vector<std::unique_ptr<SplitResult>> chunks;
+  };
+  std::vector<Class> classes;
+};
+
+bool sameConfig(const ParallelConfig &a, const ParallelConfig &b) {
+  return a.tp == b.tp && a.pp == b.pp && a.ep == b.ep && a.etp == b.etp &&
+         a.cp == b.cp && a.dp == b.dp && a.vpp == b.vpp && a.sp == b.sp &&
+         a.firstStageLayers == b.firstStageLayers &&
+         a.lastStageLayers == b.lastStageLayers;
+}
+
+LayoutFacts layoutFacts(const ModelLayout &m);
+
+} // namespace
+
+struct mdl::rt::PlanCache::Impl {
+  explicit Impl(const ModelLayout &m) : m(m), facts(layoutFacts(m)) {}
+
+  /// What configuration `cfg` gives.
+  Memo &memo(const ParallelConfig &cfg) {
+    if (last && sameConfig(last->first, cfg))
+      return last->second;
+    for (auto &c : configs)
+      if (sameConfig(c->first, cfg))
+        return (last = c.get())->second;
+    configs.push_back(std::make_unique<std::pair<ParallelConfig, Memo>>());
+    last = configs.back().get();
+    last->first = cfg;
+    last->second.classes.resize(facts.splitClasses.size());
+    return last->second;
+  }
+
+  /// Split class `c` in configuration `cfg`.
+  const Memo::Class &cls(const ParallelConfig &cfg, size_t c) {
+    Memo::Class &k = memo(cfg).classes[c];
+    if (!k.known) {
+      const Split &s = *facts.splitClasses[c].first;
+      k.known = true;
+      k.n = cfg.size(s.axis);
+      k.pad = s.padMultiple ? s.padMultiple(cfg) : 0;
+      k.holds = s.holdsIn(cfg);
+      k.active = !(k.n == 1 && k.pad <= 1) && k.holds;
+      k.chunks.resize(size_t(std::max<int64_t>(k.n, 1)));
+    }
+    return k;
+  }
+
+  /// The chunk rank `r` of split class `c`'s axis holds in `cfg`.
+  const SplitResult &chunk(const ParallelConfig &cfg, size_t c, int64_t r) {
+    const Memo::Class &k = cls(cfg, c);
+    std::unique_ptr<SplitResult> &out = memo(cfg).classes[c].chunks[size_t(r)];
+    if (!out) {
+      const SplitClass &sc = facts.splitClasses[c];
+      out = std::make_unique<SplitResult>(splitAtoms(
+          sc.sizes, k.n, r, sc.first->replicateWhenFewer, k.pad));
+    }
+    return *out;
+  }
+
+  const ModelLayout &m;
+  LayoutFacts facts;
+  std::vector<std::unique_ptr<std::pair<ParallelConfig, Memo>>> configs;
+  std::pair<ParallelConfig, Memo> *last = nullptr;
+};
+
+namespace {
+thread_local PlanCache *innermostCache = nullptr;
+} // namespace
+
+PlanCache::PlanCache(const ModelLayout &m)
+    : impl(std::make_unique<Impl>(m)), outer(innermostCache) {
+  innermostCache = this;
+}
+
+PlanCache::~PlanCache() { innermostCache = outer; }
+
+PlanCache::Impl *PlanCache::of(const ModelLayout &m) {
+  for (PlanCache *c = innermostCache; c; c = c->outer)
+    if (&c->impl->m == &m)
+      return c->impl.get();
+  return nullptr;
+}
+
+namespace {
+/// Why the model is refused whatever the configuration: a config with
+/// absurd sizes must not make one entry name millions of tensors (listing
+/// them would exhaust memory before any check). "" when none does.
+std::string familyBound(const ModelLayout &m) {
+  for (const TensorSpec &t : m.tensors) {
+    if (std::none_of(t.name.begin(), t.name.end(), [](const NameSegment &s) {
+          return s.kind == NameSegment::Family;
+        }))
+      continue;
+    std::vector<int> params = tensorParams(t);
+    if (params.empty())
+      continue;
+    const Param &p = m.params[params.front()];
+    int64_t members = 1, layer = 0;
+    std::set<std::string> seen;
+    for (const NameSegment &seg : t.name) {
+      if (seg.kind == NameSegment::LayerIndex)
+        layer = seg.layer;
+      int a = seg.kind == NameSegment::Family ? p.atomIndex(seg.atom) : -1;
+      if (a < 0 || !seen.insert(seg.atom).second)
+        continue;
+      if (__builtin_mul_overflow(members, p.sizes[a], &members) ||
+          members > kMaxFamilySize)
+        return "tensor '" + renderName(t, layer) + "' names more than " +
+               std::to_string(kMaxFamilySize) +
+               " tensors: the config's sizes are out of bounds";
+    }
+  }
+  return "";
+}
+
+LayoutFacts layoutFacts(const ModelLayout &m) {
+  LayoutFacts facts;
+  LayoutFacts *f = &facts;
+  for (const TensorSpec &t : m.tensors)
+    f->params.push_back(tensorParams(t));
+  f->familyReason = familyBound(m);
+  // Classes by a key that spells every field, strings with their lengths.
+  std::unordered_map<std::string, int> classes;
+  std::string key;
+  auto field = [&](const std::string &text) {
+    key += std::to_string(text.size());
+    key += ':';
+    key += text;
+  };
+  std::set<std::string> unplaced;
+  f->classOf.resize(m.params.size());
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const Param &p = m.params[i];
+    bool folded = foldedScale(m, p) || foldedMxfp4(m, p);
+    for (const Split &s : p.splits) {
+      std::vector<int64_t> sizes = splitSizes(p, s);
+      std::string why = generalize(s.why);
+      key.clear();
+      key += std::to_string(int(s.axis));
+      key += s.replicateWhenFewer ? 'r' : '-';
+      key += s.padMultiple ? 'p' : '-';
+      key += folded ? 'f' : '-';
+      key += std::to_string(s.indivisibleAbove);
+      key += '(';
+      for (int64_t n : sizes) {
+        key += std::to_string(n);
+        key += ',';
+      }
+      key += ')';
+      field(s.indivisible);
+      field(s.whenKey);
+      field(why);
+      auto [it, fresh] = classes.try_emplace(key, int(f->splitClasses.size()));
+      if (fresh) {
+        SplitClass c;
+        c.first = &s;
+        c.sizes = std::move(sizes);
+        c.generalWhy = std::move(why);
+        c.folded = folded;
+        f->splitClasses.push_back(std::move(c));
+      }
+      if (!folded)
+        ++f->splitClasses[size_t(it->second)].members;
+      f->classOf[i].push_back(it->second);
+    }
+    if (p.placement.kind == Placement::All)
+      unplaced.insert(generalize(p.path));
+  }
+  f->unplaced.assign(unplaced.begin(), unplaced.end());
+  return facts;
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
 // Pieces and local tensors
 //===----------------------------------------------------------------------===//
 
@@ -208,6 +425,8 @@ Planner::Planner(const ModelLayout &model, const ParallelConfig &config)
 }
 
 void Planner::validate() {
+  PlanCache::Impl *cache = PlanCache::of(m);
+  const LayoutFacts *facts = cache ? &cache->facts : nullptr;
   auto add = [&](std::string r) {
     if (std::find(reasons.begin(), reasons.end(), r) == reasons.end())
       reasons.push_back(std::move(r));
@@ -237,37 +456,39 @@ void Planner::validate() {
   // A config with absurd sizes must not make one entry name millions of
   // tensors (listing them would exhaust memory before any check): the
   // whole model is refused, never the entry skipped.
-  for (const TensorSpec &t : m.tensors) {
-    if (std::none_of(t.name.begin(), t.name.end(), [](const NameSegment &s) {
-          return s.kind == NameSegment::Family;
-        }))
-      continue;
-    std::vector<int> params = tensorParams(t);
-    if (params.empty())
-      continue;
-    const Param &p = m.params[params.front()];
-    int64_t members = 1, layer = 0;
-    std::set<std::string> seen;
-    for (const NameSegment &seg : t.name) {
-      if (seg.kind == NameSegment::LayerIndex)
-        layer = seg.layer;
-      int a = seg.kind == NameSegment::Family ? p.atomIndex(seg.atom) : -1;
-      if (a < 0 || !seen.insert(seg.atom).second)
-        continue;
-      if (__builtin_mul_overflow(members, p.sizes[a], &members) ||
-          members > kMaxFamilySize) {
-        add("tensor '" + renderName(t, layer) + "' names more than " +
-            std::to_string(kMaxFamilySize) +
-            " tensors: the config's sizes are out of bounds");
-        return;
-      }
-    }
+  std::string bound = facts ? facts->familyReason : familyBound(m);
+  if (!bound.empty()) {
+    add(bound);
+    return;
   }
 
   // Splits: one reason per kind of parameter, with how many it affects.
   std::map<std::string, int> splitReasons;
   std::vector<std::string> order;
-  for (const Param &p : m.params)
+  for (size_t c = 0; facts && c < facts->splitClasses.size(); ++c) {
+    const SplitClass &k = facts->splitClasses[c];
+    const Split &s = *k.first;
+    if (k.folded || cfg.size(s.axis) == 1)
+      continue;
+    const Memo::Class &v = cache->cls(cfg, c);
+    if (!v.holds)
+      continue;
+    SplitResult r = cache->chunk(cfg, c, 0);
+    if (!s.indivisible.empty() &&
+        (s.indivisibleAbove <= 0 || v.n > s.indivisibleAbove))
+      r.ok = false, r.why = s.indivisible;
+    if (r.ok)
+      continue;
+    std::string key = std::string(meshAxisName(s.axis)) + "=" +
+                      std::to_string(v.n) + " cannot split " + k.generalWhy +
+                      ": " + r.why;
+    if (!splitReasons.count(key))
+      order.push_back(key);
+    splitReasons[key] += k.members;
+  }
+  for (const Param &p : m.params) {
+    if (facts)
+      break;
     for (const Split &s : p.splits) {
       int64_t n = cfg.size(s.axis);
       if (n == 1 || foldedScale(m, p) || foldedMxfp4(m, p) || !s.holdsIn(cfg))
@@ -287,6 +508,7 @@ void Planner::validate() {
         order.push_back(key);
       ++splitReasons[key];
     }
+  }
   for (const std::string &k : order)
     add(k + (splitReasons[k] > 1
                  ? " (" + std::to_string(splitReasons[k]) + " parameters)"
@@ -301,10 +523,13 @@ void Planner::validate() {
     if (!m.hasPipeline)
       add("model " + m.model + " declares no pipeline placement");
     std::set<std::string> unplaced;
-    for (const Param &p : m.params)
-      if (p.placement.kind == Placement::All)
-        unplaced.insert(generalize(p.path));
-    for (const std::string &u : unplaced)
+    if (!facts)
+      for (const Param &p : m.params)
+        if (p.placement.kind == Placement::All)
+          unplaced.insert(generalize(p.path));
+    for (const std::string &u :
+         facts ? facts->unplaced
+               : std::vector<std::string>(unplaced.begin(), unplaced.end()))
       add("parameter " + u + " is not placed on a pipeline stage");
     int64_t layers = m.stagedLayers;
     bool uneven = cfg.firstStageLayers || cfg.lastStageLayers;
@@ -364,6 +589,22 @@ Extent Planner::extent(int param, const std::string &atom,
   if (a < 0)
     return {};
   Extent e{0, p.sizes[a], p.sizes[a]};
+  if (PlanCache::Impl *cache = PlanCache::of(m)) {
+    const LayoutFacts *facts = &cache->facts;
+    for (size_t j = 0; j < p.splits.size(); ++j) {
+      const Split &s = p.splits[j];
+      auto it = std::find(s.atoms.begin(), s.atoms.end(), atom);
+      if (it == s.atoms.end())
+        continue;
+      size_t c = size_t(facts->classOf[size_t(param)][j]);
+      if (!cache->cls(cfg, c).active)
+        continue;
+      const SplitResult &r = cache->chunk(cfg, c, rankOn(ctx, s.axis));
+      if (r.ok)
+        e = r.atoms[size_t(it - s.atoms.begin())];
+    }
+    return e;
+  }
   for (const Split &s : p.splits) {
     auto it = std::find(s.atoms.begin(), s.atoms.end(), atom);
     if (it == s.atoms.end())
@@ -416,6 +657,11 @@ bool Planner::placedOn(const Placement &p, const RankContext &ctx) const {
 Placement Planner::placementOf(const TensorSpec &t) const {
   if (t.on)
     return *t.on;
+  if (PlanCache::Impl *cache = PlanCache::of(m)) {
+    const LayoutFacts *facts = &cache->facts;
+    const std::vector<int> &params = facts->params[size_t(&t - m.tensors.data())];
+    return params.empty() ? Placement() : m.params[params.front()].placement;
+  }
   std::vector<int> params = tensorParams(t);
   return params.empty() ? Placement() : m.params[params.front()].placement;
 }
@@ -431,8 +677,10 @@ int64_t Planner::localLayerOf(const TensorSpec &t) const {
 std::optional<std::string> Planner::tensorName(int spec,
                                                const RankContext &ctx) const {
   const TensorSpec &t = m.tensors[spec];
+  PlanCache::Impl *cache = PlanCache::of(m);
+  const LayoutFacts *facts = cache ? &cache->facts : nullptr;
   if (!placedOn(placementOf(t), ctx) || (t.when && !t.when(ctx)) ||
-      tensorParams(t).empty())
+      (facts ? facts->params[size_t(spec)].empty() : tensorParams(t).empty()))
     return std::nullopt;
   return renderName(t, localLayerOf(t));
 }
@@ -451,7 +699,12 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
 
   out = LocalTensor();
   out.spec = spec;
-  std::vector<int> params = tensorParams(t);
+  PlanCache::Impl *cache = PlanCache::of(m);
+  const LayoutFacts *facts = cache ? &cache->facts : nullptr;
+  std::vector<int> own;
+  if (!facts)
+    own = tensorParams(t);
+  const std::vector<int> &params = facts ? facts->params[size_t(spec)] : own;
   if (params.empty())
     return false;
 
@@ -464,14 +717,20 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
       out.families.push_back({s.atom, extent(params.front(), s.atom, ctx)});
   }
   // One piece per part: lay out the axes with that part's parameter.
-  std::string name = renderName(t, out.localLayer);
+  // The name, for messages alone.
+  std::string rendered;
+  auto name = [&]() -> const std::string & {
+    if (rendered.empty())
+      rendered = renderName(t, out.localLayer);
+    return rendered;
+  };
   // A config with absurd sizes must not make one entry name millions of
   // tensors (listing them would exhaust memory before any check).
   int64_t members = 1;
   for (const auto &f : out.families)
     if (__builtin_mul_overflow(members, f.second.count, &members) ||
         members > kMaxFamilySize) {
-      problem("coverage", "tensor '" + name + "' names more than " +
+      problem("coverage", "tensor '" + name() + "' names more than " +
                               std::to_string(kMaxFamilySize) +
                               " tensors: the config's sizes are out of bounds");
       return false;
@@ -542,7 +801,7 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
               if (piece.stride[a] != -1)
                 problem("coverage", "dimension " + term.atom + " of " +
                                         p.path + " appears twice in tensor '" +
-                                        name + "'");
+                                        name() + "'");
               piece.stride[a] = stride;
               break;
             }
@@ -579,13 +838,13 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
     for (const auto &f : out.families) {
       int a = p.atomIndex(f.first);
       if (a < 0) {
-        problem("coverage", "tensor '" + name + "' is indexed by " + f.first +
+        problem("coverage", "tensor '" + name() + "' is indexed by " + f.first +
                                 ", which " + p.path + " does not have");
         continue;
       }
       if (piece.stride[a] != -1)
         problem("coverage", "dimension " + f.first + " of " + p.path +
-                                " indexes tensor '" + name +
+                                " indexes tensor '" + name() +
                                 "' and is one of its axes too");
       piece.stride[a] = 0;
     }
@@ -593,7 +852,7 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
       Extent e = extent(param, p.atoms[a], ctx);
       if (piece.stride[a] == -1) {
         problem("coverage", "dimension " + p.atoms[a] + " of " + p.path +
-                                " is missing from tensor '" + name +
+                                " is missing from tensor '" + name() +
                                 "': the tensor holds only part of it");
         piece.stride[a] = 0;
         e = {0, 1, 1};
@@ -607,7 +866,7 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
   for (size_t i = 1; i < shapes.size(); ++i)
     if (shapes[i] != shapes[0])
       problem("fused-parts",
-              "the parts of tensor '" + name + "' disagree on its shape: " +
+              "the parts of tensor '" + name() + "' disagree on its shape: " +
                   sizesText(shapes[0]) + " with " +
                   m.params[params[0]].path + " but " + sizesText(shapes[i]) +
                   " with " + m.params[params[i]].path);
@@ -626,7 +885,7 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
       product *= n;
     }
     if (product != out.numElements())
-      problem("shape", "the view of tensor '" + name + "' has " +
+      problem("shape", "the view of tensor '" + name() + "' has " +
                            std::to_string(product) + " elements (" +
                            sizesText(out.shape) + ") but its axes hold " +
                            std::to_string(out.numElements()) + " (" +
@@ -638,7 +897,7 @@ bool Planner::tensor(int spec, const RankContext &ctx, LocalTensor &out,
   if (!t.stored)
     for (int param : params)
       if (m.params[param].dtype != out.dtype)
-        problem("shape", "tensor '" + name + "' holds parameters of dtypes " +
+        problem("shape", "tensor '" + name() + "' holds parameters of dtypes " +
                              std::string(specName(out.dtype)) + " and " +
                              std::string(specName(m.params[param].dtype)) +
                              "; say which it stores with `as`");
