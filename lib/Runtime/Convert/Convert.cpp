@@ -757,38 +757,59 @@ void Converter::dequantizeMxfp4(const Job &job, size_t k, int64_t begin,
   const std::vector<float> &scales = job.scales[k];
   const std::vector<uint8_t> &blocks = job.blocks[k];
   const Param &w = to.layout().params[size_t(d.target.param)];
-  // Every element of the box in the window: its expert and row (in the
-  // boxes' order) and its column pick the byte and the nibble (the lower
-  // first) of its block, and the block's scale.
+  // Every run of the box along its last atom that has elements in the
+  // window: its expert and row (in the boxes' order) and its column pick
+  // the block, the byte and the nibble (the lower first) of each element;
+  // along the run either the row or the column moves by a fixed step.
   size_t rowAxes = d.sides.expert.size() + d.sides.out.size();
   int64_t numBlocks = d.scaleBox.count[rowAxes],
           block0 = d.scaleBox.lo[rowAxes];
   std::vector<int64_t> c = d.target.lo;
+  size_t last = c.size() - 1;
+  int64_t run = d.target.count[last], stride = d.target.stride[last];
+  int64_t rowStep = 0;
+  size_t axis = 0;
+  for (const std::vector<size_t> *side : {&d.sides.expert, &d.sides.out})
+    for (size_t a : *side) {
+      rowStep = a == last ? 1 : rowStep * d.scaleBox.count[axis];
+      ++axis;
+    }
+  int64_t columnStep = flatStep(d.sides.in, w.sizes, last);
   int64_t elements = d.target.numElements();
-  for (int64_t i = 0; i < elements; ++i) {
+  for (int64_t i = 0; i < elements; i += run) {
     int64_t at = d.target.base;
     for (size_t a = 0; a < c.size(); ++a)
       at += (c[a] - d.target.lo[a]) * d.target.stride[a];
-    if (at >= begin && at < end) {
-      int64_t row = 0, b = 0;
+    int64_t j0 = 0, j1 = run;
+    if (stride > 0) {
+      if (at < begin)
+        j0 = (begin - at + stride - 1) / stride;
+      j1 = std::min(run, std::max<int64_t>(0, end - at + stride - 1) / stride);
+    }
+    if (j0 < j1) {
+      int64_t row0 = 0, k = 0;
       for (const std::vector<size_t> *side : {&d.sides.expert, &d.sides.out})
         for (size_t a : *side)
-          row = row * d.scaleBox.count[b++] + (c[a] - d.target.lo[a]);
-      int64_t column = flatIndex(d.sides.in, w.sizes, c);
-      int64_t blockIndex = row * numBlocks + column / d.block - block0;
-      int64_t within = column % d.block;
-      uint8_t byte = blocks[size_t(blockIndex * (d.block / 2) + within / 2)];
-      float value = kE2M1[within % 2 ? byte >> 4 : byte & 0xF] *
-                    scales[size_t(blockIndex)];
-      uint8_t *dst = out + (at - begin) * int64_t(size);
-      if (t.dtype == DType::BF16) {
-        uint16_t h = floatToBf16(value);
-        std::memcpy(dst, &h, 2);
-      } else {
-        storeValue(value, t.dtype, dst);
+          row0 = row0 * d.scaleBox.count[k++] + (c[a] - d.target.lo[a]);
+      int64_t column0 = flatIndex(d.sides.in, w.sizes, c);
+      for (int64_t j = j0; j < j1; ++j) {
+        int64_t row = row0 + j * rowStep, column = column0 + j * columnStep;
+        int64_t blockIndex = row * numBlocks + column / d.block - block0;
+        int64_t within = column % d.block;
+        uint8_t byte =
+            blocks[size_t(blockIndex * (d.block / 2) + within / 2)];
+        float value = kE2M1[within % 2 ? byte >> 4 : byte & 0xF] *
+                      scales[size_t(blockIndex)];
+        uint8_t *dst = out + (at + j * stride - begin) * int64_t(size);
+        if (t.dtype == DType::BF16) {
+          uint16_t h = floatToBf16(value);
+          std::memcpy(dst, &h, 2);
+        } else {
+          storeValue(value, t.dtype, dst);
+        }
       }
     }
-    for (size_t a = c.size(); a-- > 0;) {
+    for (size_t a = last; a-- > 0;) {
       if (++c[a] < d.target.lo[a] + d.target.count[a])
         break;
       c[a] = d.target.lo[a];
