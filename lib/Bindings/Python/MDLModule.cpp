@@ -143,13 +143,22 @@ public:
       std::copy(std::begin(v), std::end(v), r);
     });
   }
+  /// One field of every segment, as an array.
+  template <typename T>
+  py::array_t<T> perSegment(T TransferSegment::*field) const {
+    py::array_t<T> out(py::ssize_t(plan->segments.size()));
+    auto w = out.template mutable_unchecked<1>();
+    for (size_t i = 0; i < plan->segments.size(); ++i)
+      w(py::ssize_t(i)) = plan->segments[i].*field;
+    return out;
+  }
   /// The value added to each segment's elements after the cast.
   py::array_t<double> shifts() const {
-    py::array_t<double> out(py::ssize_t(plan->segments.size()));
-    auto w = out.mutable_unchecked<1>();
-    for (size_t i = 0; i < plan->segments.size(); ++i)
-      w(py::ssize_t(i)) = plan->segments[i].shift;
-    return out;
+    return perSegment(&TransferSegment::shift);
+  }
+  /// Each segment's value transform (TransferSegment::Transform).
+  py::array_t<int32_t> transforms() const {
+    return perSegment(&TransferSegment::transform);
   }
   /// A row per dimension: size, source stride, destination stride.
   py::array_t<int64_t> dims() const {
@@ -747,6 +756,7 @@ PYBIND11_MODULE(_mdl, m) {
       .def("layout_rank", &PyTransferPlan::layoutRank)
       .def("segments", &PyTransferPlan::segments)
       .def("shifts", &PyTransferPlan::shifts)
+      .def("transforms", &PyTransferPlan::transforms)
       .def("dims", &PyTransferPlan::dims)
       .def("buckets", &PyTransferPlan::buckets)
       .def("links", &PyTransferPlan::links)

@@ -418,21 +418,20 @@ bool TransferBuilder::segment(int64_t dstRank, int32_t dstTensor,
   const RankTensor &st = srcRanks[size_t(h.rank)][size_t(h.tensor)];
   const Piece &sp = st.pieces[size_t(h.piece)];
   double shift = double(dt.offset - st.offset);
-  if (st.negExp != dt.negExp) {
-    error = "tensor '" + dt.name + "' " +
-            (dt.negExp ? "stores -exp of its values" : "stores its values") +
-            " but its source '" + st.name + "' " +
-            (st.negExp ? "stores -exp of them" : "stores them plainly") +
-            ": a sync does not apply that transform (mdl-convert does)";
-    return false;
-  }
-  if (st.dtype != dt.dtype || shift != 0) {
+  int32_t transform = st.negExp == dt.negExp ? TransferSegment::Plain
+                      : dt.negExp            ? TransferSegment::NegExp
+                                             : TransferSegment::LogNeg;
+  if (st.dtype != dt.dtype || shift != 0 ||
+      transform != TransferSegment::Plain) {
     bool floats = isFloat(st.dtype) && isFloat(dt.dtype);
     if (isF8(st.dtype) || isF8(dt.dtype) || !floats) {
       error = "tensor '" + dt.name + "' is " +
               std::string(safetensorsName(dt.dtype)) + " but its source '" +
               st.name + "' is " + std::string(safetensorsName(st.dtype)) +
               (shift != 0 ? " with another value offset" : "") +
+              (transform != TransferSegment::Plain
+                   ? " (one stores -exp of the values)"
+                   : "") +
               ": a sync converts between 16-, 32- and 64-bit floats only";
       return false;
     }
@@ -446,6 +445,7 @@ bool TransferBuilder::segment(int64_t dstRank, int32_t dstTensor,
   s.dstTensor = dstTensor;
   s.param = paramIndex(dp.param);
   s.shift = shift;
+  s.transform = transform;
   s.srcOffset = sp.base;
   s.dstOffset = dp.base;
   s.elements = 1;
@@ -681,6 +681,7 @@ void TransferBuilder::pack() {
     if (segs.size() == 1) {
       const Seg &s = segs.front();
       bucket.directSrc = s.run(true) && s.s.shift == 0 &&
+                         s.s.transform == TransferSegment::Plain &&
                          plan.sourceType(s.s) == plan.wireType(s.s);
       bucket.directDst = s.run(false);
     }
@@ -716,7 +717,7 @@ void TransferBuilder::digest() {
     d.value(s.dstTensor), d.value(s.param), d.value(s.bucket);
     d.value(s.firstDim), d.value(s.numDims), d.value(s.srcOffset);
     d.value(s.dstOffset), d.value(s.bucketOffset), d.value(s.elements);
-    d.value(s.shift);
+    d.value(s.shift), d.value(s.transform);
   }
   for (const TransferDim &x : plan.dims)
     d.value(x.size), d.value(x.srcStride), d.value(x.dstStride);

@@ -70,7 +70,7 @@ def deepseek_config():
 
 
 CONFIGS = {m: config_of(m) for m in
-           ["qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe"]}
+           ["qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe", "nemotron_h"]}
 
 
 @pytest.fixture(scope="session")
@@ -130,6 +130,10 @@ PLANS = [
     # vLLM with expert parallelism (tp 2 x dp 2): whole experts.
     ("qwen3_moe", ("mcore_te", {"tp": 2, "ep": 2, "etp": 1}),
      ("vllm", {"tp": 2, "ep": 4})),
+    # Nemotron-H: vLLM holds A = -exp(A_log) in f32, computed when packing;
+    # and back, log(-A).
+    ("nemotron_h", ("mcore_te", {"tp": 2}), ("vllm", {"tp": 2})),
+    ("nemotron_h", ("vllm", {"tp": 2}), ("mcore_te", {"tp": 1})),
 ]
 
 
@@ -220,13 +224,22 @@ def interpret(plan, states, rank, out):
                 flat[s[8]:], shape,
                 [x[1] * flat.itemsize for x in dims], writeable=False)
             shift = plan.shifts[first + k]
+            transform = plan.transforms[first + k]
             ints = INTS[SIZES[dst_t.dtype]]
-            if src_t.dtype != dst_t.dtype or shift:
-                # A zero-centred norm's +1 (or -1), or a cast: the value
-                # in float64, shifted, rounded once to the destination's.
+            if src_t.dtype != dst_t.dtype or shift or transform:
+                # A zero-centred norm's +1 (or -1), a cast, or vLLM's
+                # A = -exp(A_log) (1) and back (2): the value in float64
+                # (numpy's exp and log), rounded once to the destination's.
                 values = torch.from_numpy(np.array(view)).view(
-                    mdl._torch_dtype(src_t.dtype)).double() + shift
-                view = values.to(mdl._torch_dtype(dst_t.dtype)).view(
+                    mdl._torch_dtype(src_t.dtype)).double().numpy()
+                if transform == 1:
+                    values = -np.exp(values + shift)
+                elif transform == 2:
+                    values = np.log(-values) + shift
+                else:
+                    values = values + shift
+                view = torch.from_numpy(values).to(
+                    mdl._torch_dtype(dst_t.dtype)).view(
                     getattr(torch, ints)).numpy()
             target = np.frombuffer(out.setdefault(
                 dst_t.name, bytearray(int(np.prod(dst_t.shape)) *
@@ -238,7 +251,8 @@ def interpret(plan, states, rank, out):
 
 
 @pytest.mark.parametrize("model,src,dst",
-                         [PLANS[0], PLANS[2], PLANS[4], PLANS[6]])
+                         [PLANS[0], PLANS[2], PLANS[4], PLANS[6], PLANS[7],
+                          PLANS[8]])
 def test_plan_interpreted_equals_mdl_convert(hf, model, src, dst, tmp_path):
     plan = mdl.TransferPlan(config=CONFIGS[model], src=src, dst=dst,
                             bucket_bytes=5000)
@@ -290,14 +304,6 @@ def test_plan_errors(hf):
                        "dequantized, which a sync cannot make"):
         mdl.TransferPlan(config=config_of("deepseek_v3"),
                          src=("vllm", {}), dst=("mcore_te", {}))
-    # vLLM holds Nemotron-H's A = -exp(A_log) (neg_exp), which a sync does
-    # not compute.
-    with pytest.raises(mdl.Error, match="tensor 'model.layers.0.mixer.A' "
-                       "stores -exp of its values but its source "
-                       "'decoder.layers.0.mixer.A_log' stores them plainly: "
-                       "a sync does not apply that transform"):
-        mdl.TransferPlan(config=config_of("nemotron_h"),
-                         src=("mcore_te", {}), dst=("vllm", {}))
 
 
 def test_partial_plan_is_in_proportion(hf):
@@ -366,6 +372,9 @@ SYNCS = {
     # expert parallelism (4 processes, whole experts).
     "vllm_ep": ("qwen3_5_moe", ("mcore_te", {"tp": 2, "ep": 2, "etp": 1}),
                 ("vllm", {"tp": 2, "ep": 4}), {}),
+    # Nemotron-H's A = -exp(A_log), computed by the senders.
+    "nemotron_h": ("nemotron_h", ("mcore_te", {"tp": 2}), ("vllm", {"tp": 2}),
+                   {}),
 }
 
 
@@ -735,7 +744,7 @@ def test_checksums_sum_bucket_words():
     # Segments of 2-byte elements that share words at their edges.
     cuts = [0, 6, 30, 102, 190, 250, nbytes - 1, nbytes]
     segs = [_Segment(tensor=0, offset=0, shape=(), strides=(), at=a,
-                     nbytes=b - a, wire="BF16", shift=0, param=0,
+                     nbytes=b - a, wire="BF16", shift=0, transform=0, param=0,
                      peer_tensor=0) for a, b in zip(cuts, cuts[1:])]
     words = np.concatenate([raw, np.zeros(3, np.uint8)]).view(np.uint64)
 

@@ -65,7 +65,7 @@ struct TransferTensor {
 /// source tensor (row-major) and `dstOffset + sum i_k * dstStride_k` of the
 /// destination tensor, and byte `bucketOffset + (row-major index) *
 /// byteSize(dtype)` of its bucket. The value moved is the source's cast to
-/// the destination's dtype, plus `shift`.
+/// the destination's dtype, plus `shift`, or through `transform`.
 struct TransferSegment {
   int32_t srcRank = 0, srcTensor = 0, dstRank = 0, dstTensor = 0;
   int32_t param = 0;
@@ -75,6 +75,17 @@ struct TransferSegment {
   uint64_t bucketOffset = 0;
   int64_t elements = 0;
   double shift = 0;
+  /// Where one side stores -exp of the values (`neg_exp`: vLLM's A of a
+  /// Mamba mixer beside Megatron's A_log): the value moved is -exp(s +
+  /// shift) (NegExp) or log(-s) + shift (LogNeg) of the source's s,
+  /// computed in float64 when packing and rounded once to the
+  /// destination's dtype.
+  enum Transform : int32_t {
+    Plain = 0,
+    NegExp = 1, // the destination stores -exp of the values
+    LogNeg = 2, // the source does
+  };
+  int32_t transform = Plain;
 };
 
 struct TransferDim {

@@ -151,6 +151,7 @@ class TransferPlan:
             dst_lora)
         self.segments = self._p.segments()
         self.shifts = self._p.shifts()
+        self.transforms = self._p.transforms()
         self.dims = self._p.dims()
         self.buckets = self._p.buckets()
         self._schedules = {}
@@ -239,6 +240,7 @@ class TransferPlan:
         mine = b[b[:, _B_SRC if source else _B_DST] == rank].tolist()
         dims = self.dims.tolist()
         shifts = self.shifts.tolist()
+        transforms = self.transforms.tolist()
         wires = {}  # destination rank -> the dtype of each of its tensors
 
         def wire(dst_rank, tensor):
@@ -261,7 +263,8 @@ class TransferPlan:
                     shape=tuple(x[0] for x in d),
                     strides=tuple(x[1] if source else x[2] for x in d),
                     at=s[_S_BOFF], nbytes=s[_S_ELEMS] * _element_size(dtype),
-                    wire=dtype, shift=shifts[first + k], param=s[_S_PARAM],
+                    wire=dtype, shift=shifts[first + k],
+                    transform=transforms[first + k], param=s[_S_PARAM],
                     peer_tensor=s[_S_DSTT] if source else s[_S_SRCT]))
             out.append((row[_B_DST] if source else row[_B_SRC],
                         row[_B_BYTES],
@@ -304,6 +307,7 @@ def refresh(plan, state, role, stale=None):
     segments = local.segments()
     dims = local.dims().tolist()
     shifts = local.shifts().tolist()
+    transforms = local.transforms().tolist()
 
     def flat(tensor):
         name, shape, dtype = tensor
@@ -331,8 +335,7 @@ def refresh(plan, state, role, stale=None):
                               dst.storage_offset() + s[_S_DSTOFF])
         value = src.as_strided(shape, tuple(x[1] for x in d),
                                src.storage_offset() + s[_S_SRCOFF])
-        into.copy_(value.to(torch.float64).add_(shifts[k]) if shifts[k]
-                   else value)
+        into.copy_(_moved(value, shifts[k], transforms[k]))
     refreshed = [targets[i][0] for i in sorted(chosen)]
     left = sorted(wanted - set(refreshed))
     return RefreshReport(refreshed=refreshed, left=left)
@@ -341,10 +344,25 @@ def refresh(plan, state, role, stale=None):
 #: One segment as one side sees it: its tensor (an index into the side's
 #: tensors), element offset, shape and strides there; where it sits in its
 #: bucket (byte offset, bytes) and in which dtype (the destination's); the
-#: value added when packing; its parameter; the other side's tensor.
+#: value added when packing and the transform (-exp one way, log(-x) the
+#: other, where one side stores -exp of the values); its parameter; the
+#: other side's tensor.
 _Segment = collections.namedtuple(
-    "_Segment", "tensor offset shape strides at nbytes wire shift param "
-    "peer_tensor")
+    "_Segment", "tensor offset shape strides at nbytes wire shift transform "
+    "param peer_tensor")
+
+# TransferSegment::Transform.
+_NEG_EXP, _LOG_NEG = 1, 2
+
+
+def _moved(value, shift, transform):
+    """The values a segment moves, from its source's: as they are, or in
+    float64 shifted or transformed (rounded once where they land)."""
+    if transform == _NEG_EXP:
+        return value.to(torch.float64).add_(shift).exp_().neg_()
+    if transform == _LOG_NEG:
+        return value.to(torch.float64).neg_().log_().add_(shift)
+    return value.to(torch.float64).add_(shift) if shift else value
 
 
 def _element_size(dtype):
@@ -661,10 +679,7 @@ class _Sync:
         for seg in segments:
             src = self.view(seg)
             slot = self.slot(buf, seg)
-            if seg.shift:
-                slot.copy_(src.to(torch.float64).add_(seg.shift))
-            else:
-                slot.copy_(src)
+            slot.copy_(_moved(src, seg.shift, seg.transform))
 
     def unpack(self, segments, buf):
         for seg in segments:
