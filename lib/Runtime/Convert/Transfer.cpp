@@ -349,6 +349,21 @@ bool TransferBuilder::readDestinations(std::string &error) {
           continue;
         const Param &param = dm.params[size_t(pc.param)];
         int sp = srcParamOf[size_t(pc.param)];
+        // MXFP4 weights: one side holds blocks and scales, the other the
+        // weights dequantized, which is a conversion one way and a
+        // quantization the other.
+        if ((sp < 0 || sources[size_t(sp)].boxes.empty()) &&
+            (param.mxfp4 || param.mxfp4Of >= 0)) {
+          error = "tensor '" + rt.name + "' of " + dm.backend + " holds " +
+                  (param.mxfp4
+                       ? "MXFP4 weights dequantized, which a sync cannot make "
+                         "from the MXFP4 blocks and scales of " +
+                             sm.backend + " (convert the checkpoint instead)"
+                       : "MXFP4 blocks and scales, which a sync cannot make "
+                         "from the dequantized weights of " +
+                             sm.backend + " (it does not quantize)");
+          return false;
+        }
         if (sp < 0 || sources[size_t(sp)].boxes.empty()) {
           error = "no rank of " + sm.model + " on " + sm.backend + " at " +
                   fromConfig.str() + " holds " + param.path +

@@ -304,6 +304,19 @@ def test_plan_errors(hf):
                        "dequantized, which a sync cannot make"):
         mdl.TransferPlan(config=config_of("deepseek_v3"),
                          src=("vllm", {}), dst=("mcore_te", {}))
+    # GPT-OSS's MXFP4 experts: HF keeps blocks and scales, Megatron the
+    # weights dequantized; a sync does neither conversion.
+    mxfp4 = os.path.join(CONVERSION, "Inputs", "gpt_oss_mxfp4.json")
+    with pytest.raises(mdl.Error, match="tensor 'decoder.layers.0.mlp.experts."
+                       "linear_fc1.weight0' of mcore_te holds MXFP4 weights "
+                       "dequantized, which a sync cannot make from the MXFP4 "
+                       "blocks and scales of hf"):
+        mdl.TransferPlan(config=mxfp4, src=("hf", {}), dst=("mcore_te", {}))
+    with pytest.raises(mdl.Error, match="tensor 'model.layers.0.mlp.experts."
+                       "(gate_up|down)_proj_(blocks|scales)' of hf holds MXFP4 "
+                       "blocks and scales, which a sync cannot make from the "
+                       "dequantized weights of mcore_te"):
+        mdl.TransferPlan(config=mxfp4, src=("mcore_te", {}), dst=("hf", {}))
 
 
 def test_partial_plan_is_in_proportion(hf):
