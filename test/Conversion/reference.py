@@ -857,21 +857,29 @@ class Reference:
         [z | x | B | C | dt] and [x | B | C]; A_log, D, dt_bias and the gated
         norm column-parallel, out_proj row-parallel. vLLM's
         mamba_v2_sharded_weight_loader cuts in_proj and conv1d the same way
-        (n_groups divisible by tp), its other weights through
-        sharded_weight_loader(0), and holds A = -exp(A_log) in f32 (the
-        composed loader of MambaMixer2), renamed A."""
+        when tp divides n_groups; with n_groups 1 (MambaMixer2 allows no
+        other undivided count) every rank gets the whole group of B and C
+        (duplicate_groups) beside its slice of the heads. Its other weights
+        go through sharded_weight_loader(0), and it holds A = -exp(A_log) in
+        f32 (the composed loader of MambaMixer2), renamed A."""
         tc = self.text
         Nh, Hd = tc["mamba_num_heads"], tc["mamba_head_dim"]
         GN = tc["n_groups"] * tc["ssm_state_size"]
         d_in = Nh * Hd
         c = lambda x: self.col(x, t)
+        duplicated = not self.mcore and tc["n_groups"] == 1
+        groups = (lambda x: x) if duplicated else c
         w = lambda n: self.w(pre + n)
-        parts = np.split(w("in_proj.weight"), np.cumsum([d_in, d_in, GN, GN]))
-        res = {"in_proj.weight": np.concatenate([c(x) for x in parts])}
-        conv = np.concatenate([c(x) for x in np.split(w("conv1d.weight"),
-                                                      np.cumsum([d_in, GN]))])
-        bias = np.concatenate([c(x) for x in np.split(w("conv1d.bias"),
-                                                      np.cumsum([d_in, GN]))])
+
+        # Each part cut its own way: in_proj [z | x | B | C | dt], conv1d's
+        # channels [x | B | C].
+        part = lambda cuts, a, sizes: np.concatenate(
+            [f(x) for f, x in zip(cuts, np.split(a, np.cumsum(sizes)))])
+        res = {"in_proj.weight": part([c, c, groups, groups, c],
+                                      w("in_proj.weight"),
+                                      [d_in, d_in, GN, GN])}
+        conv = part([c, groups, groups], w("conv1d.weight"), [d_in, GN])
+        bias = part([c, groups, groups], w("conv1d.bias"), [d_in, GN])
         if self.mcore:
             res["conv1d_weight"], res["conv1d_bias"] = conv, bias
             res["A_log"] = c(w("A_log"))

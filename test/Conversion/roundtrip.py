@@ -164,6 +164,9 @@ def main():
     ap.add_argument("--narrowed", default=None,
                     help="a regex of the F32 tensors the model holds in bf16: "
                          "their random values are bf16 values")
+    ap.add_argument("--b2b-source-tp", default="2",
+                    help="Megatron's tp in the backend to backend step "
+                    "(vLLM's is 2)")
     ap.add_argument("--choice", action="append", default=[],
                     help="NAME=VALUE: a choice of the HF checkpoint written "
                     "(text_nesting=flat)")
@@ -218,13 +221,14 @@ def main():
                 failures.append("%s: the dequantized checkpoint's config keeps "
                                 "quantization_config" % where)
 
-    # Backend to backend (online weight sync): Megatron tp=2 to vLLM tp=2
-    # equals HF to vLLM directly.
+    # Backend to backend (online weight sync): Megatron tp=2 (or as asked)
+    # to vLLM tp=2 equals HF to vLLM directly.
     # With FP8 weights, Megatron's are dequantized: the direct conversion
     # starts from the dequantized HF checkpoint.
     mc, vl, direct, deq = (os.path.join(args.work, d) for d in (
         "b2b_mcore", "b2b_vllm", "b2b_direct", "b2b_dequantized"))
-    steps = [["--from", "hf", "--to", "mcore_te", "--tp", "2", hf, mc],
+    steps = [["--from", "hf", "--to", "mcore_te", "--tp", args.b2b_source_tp,
+              hf, mc],
              ["--from", "mcore_te", "--to", "vllm", "--tp", "2", mc, vl]]
     if block:
         steps += [["--from", "mcore_te", "--to", "hf", mc, deq],
