@@ -725,6 +725,13 @@ def test_lora_plan_partial_and_errors():
     with pytest.raises(mdl.Error, match="lora takes a dict with 'r'"):
         mdl.TransferPlan(config=CONFIGS["qwen3"], src=("mcore_te", {}),
                          dst=("hf", {}), lora=dict(rank=2))
+    with pytest.raises(mdl.Error, match="a LoRA rank is a number from 1 to "
+                       "65536, not 131072"):
+        mdl.TransferPlan(config=CONFIGS["qwen3"], src=("mcore_te", {}),
+                         dst=("hf", {}), lora=dict(r=1 << 17))
+    with pytest.raises(mdl.Error, match="LoRA factor names are"):
+        mdl.TransferPlan(config=CONFIGS["qwen3"], src=("mcore_te", {}),
+                         dst=("hf", {}), lora=dict(r=2, names="lora_A"))
     with pytest.raises(mdl.Error, match="unknown dtype 'bf17'"):
         mdl.TransferPlan(config=CONFIGS["qwen3"], src=("mcore_te", {}),
                          dst=("hf", {}), lora=dict(r=2, dtype="bf17"))
