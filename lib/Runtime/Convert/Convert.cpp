@@ -749,6 +749,49 @@ static const float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
                                 4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
                                 -2.0f, -3.0f, -4.0f, -6.0f};
 
+/// Walks the runs of `box` along its last atom that have elements in the
+/// window [begin, end) of its tensor: fn(c, i, at, j0, j1) for each, with
+/// `c` the run's first coordinates, `i` the index of its first element in
+/// the box, `at` that element's place in the tensor and [j0, j1) the run's
+/// elements inside the window.
+template <typename Fn>
+static void forEachRunInWindow(const Piece &box, int64_t begin, int64_t end,
+                               Fn &&fn) {
+  std::vector<int64_t> c = box.lo;
+  size_t last = c.size() - 1;
+  int64_t run = box.count[last], stride = box.stride[last];
+  int64_t elements = box.numElements();
+  for (int64_t i = 0; i < elements; i += run) {
+    int64_t at = box.base;
+    for (size_t a = 0; a < c.size(); ++a)
+      at += (c[a] - box.lo[a]) * box.stride[a];
+    int64_t j0 = 0, j1 = run;
+    if (stride > 0) {
+      if (at < begin)
+        j0 = (begin - at + stride - 1) / stride;
+      j1 = std::min(run, std::max<int64_t>(0, end - at + stride - 1) / stride);
+    }
+    if (j0 < j1)
+      fn(c, i, at, j0, j1);
+    for (size_t a = last; a-- > 0;) {
+      if (++c[a] < box.lo[a] + box.count[a])
+        break;
+      c[a] = box.lo[a];
+    }
+  }
+}
+
+/// Stores a dequantized f32 value as `dtype` (storeValue's rounding; bf16
+/// directly, for speed).
+static void storeFloat(float value, DType dtype, uint8_t *dst) {
+  if (dtype == DType::BF16) {
+    uint16_t h = floatToBf16(value);
+    std::memcpy(dst, &h, 2);
+  } else {
+    storeValue(value, dtype, dst);
+  }
+}
+
 void Converter::dequantizeMxfp4(const Job &job, size_t k, int64_t begin,
                                 int64_t end, uint8_t *out) const {
   const RankTensor &t = *job.tensor;
@@ -764,9 +807,8 @@ void Converter::dequantizeMxfp4(const Job &job, size_t k, int64_t begin,
   size_t rowAxes = d.sides.expert.size() + d.sides.out.size();
   int64_t numBlocks = d.scaleBox.count[rowAxes],
           block0 = d.scaleBox.lo[rowAxes];
-  std::vector<int64_t> c = d.target.lo;
-  size_t last = c.size() - 1;
-  int64_t run = d.target.count[last], stride = d.target.stride[last];
+  size_t last = d.target.lo.size() - 1;
+  int64_t stride = d.target.stride[last];
   int64_t rowStep = 0;
   size_t axis = 0;
   for (const std::vector<size_t> *side : {&d.sides.expert, &d.sides.out})
@@ -775,46 +817,25 @@ void Converter::dequantizeMxfp4(const Job &job, size_t k, int64_t begin,
       ++axis;
     }
   int64_t columnStep = flatStep(d.sides.in, w.sizes, last);
-  int64_t elements = d.target.numElements();
-  for (int64_t i = 0; i < elements; i += run) {
-    int64_t at = d.target.base;
-    for (size_t a = 0; a < c.size(); ++a)
-      at += (c[a] - d.target.lo[a]) * d.target.stride[a];
-    int64_t j0 = 0, j1 = run;
-    if (stride > 0) {
-      if (at < begin)
-        j0 = (begin - at + stride - 1) / stride;
-      j1 = std::min(run, std::max<int64_t>(0, end - at + stride - 1) / stride);
+  forEachRunInWindow(d.target, begin, end, [&](const std::vector<int64_t> &c,
+                                               int64_t, int64_t at,
+                                               int64_t j0, int64_t j1) {
+    int64_t row0 = 0, k = 0;
+    for (const std::vector<size_t> *side : {&d.sides.expert, &d.sides.out})
+      for (size_t a : *side)
+        row0 = row0 * d.scaleBox.count[k++] + (c[a] - d.target.lo[a]);
+    int64_t column0 = flatIndex(d.sides.in, w.sizes, c);
+    for (int64_t j = j0; j < j1; ++j) {
+      int64_t row = row0 + j * rowStep, column = column0 + j * columnStep;
+      int64_t blockIndex = row * numBlocks + column / d.block - block0;
+      int64_t within = column % d.block;
+      uint8_t byte = blocks[size_t(blockIndex * (d.block / 2) + within / 2)];
+      float value = kE2M1[within % 2 ? byte >> 4 : byte & 0xF] *
+                    scales[size_t(blockIndex)];
+      storeFloat(value, t.dtype,
+                 out + (at + j * stride - begin) * int64_t(size));
     }
-    if (j0 < j1) {
-      int64_t row0 = 0, k = 0;
-      for (const std::vector<size_t> *side : {&d.sides.expert, &d.sides.out})
-        for (size_t a : *side)
-          row0 = row0 * d.scaleBox.count[k++] + (c[a] - d.target.lo[a]);
-      int64_t column0 = flatIndex(d.sides.in, w.sizes, c);
-      for (int64_t j = j0; j < j1; ++j) {
-        int64_t row = row0 + j * rowStep, column = column0 + j * columnStep;
-        int64_t blockIndex = row * numBlocks + column / d.block - block0;
-        int64_t within = column % d.block;
-        uint8_t byte =
-            blocks[size_t(blockIndex * (d.block / 2) + within / 2)];
-        float value = kE2M1[within % 2 ? byte >> 4 : byte & 0xF] *
-                      scales[size_t(blockIndex)];
-        uint8_t *dst = out + (at + j * stride - begin) * int64_t(size);
-        if (t.dtype == DType::BF16) {
-          uint16_t h = floatToBf16(value);
-          std::memcpy(dst, &h, 2);
-        } else {
-          storeValue(value, t.dtype, dst);
-        }
-      }
-    }
-    for (size_t a = last; a-- > 0;) {
-      if (++c[a] < d.target.lo[a] + d.target.count[a])
-        break;
-      c[a] = d.target.lo[a];
-    }
-  }
+  });
 }
 
 void Converter::dequantize(const Job &job, int64_t begin, int64_t end,
@@ -872,8 +893,7 @@ void Converter::dequantize(const Job &job, int64_t begin, int64_t end,
     // column, the expert and the target element move by fixed steps) that
     // has elements in the window: its E4M3 values read, multiplied (in f32,
     // as DeepSeek's weight_dequant does) and rounded once.
-    std::vector<int64_t> c = d.target.lo;
-    size_t last = c.size() - 1;
+    size_t last = d.target.lo.size() - 1;
     int64_t run = d.target.count[last], stride = d.target.stride[last];
     int64_t outStep = flatStep(d.sides.out, w.sizes, last),
             inStep = flatStep(d.sides.in, w.sizes, last), expertStep = 0;
@@ -881,52 +901,30 @@ void Converter::dequantize(const Job &job, int64_t begin, int64_t end,
       expertStep = d.sides.expert[e] == last ? 1
                                              : expertStep * d.scaleBox.count[e];
     values.resize(size_t(run));
-    int64_t boxElements = d.weightBox.numElements();
-    for (int64_t i = 0; i < boxElements; i += run) {
-      int64_t at = d.target.base;
-      for (size_t a = 0; a < c.size(); ++a)
-        at += (c[a] - d.target.lo[a]) * d.target.stride[a];
-      // The run's elements inside the window: [j0, j1).
-      int64_t j0 = 0, j1 = run;
-      if (stride > 0) {
-        if (at < begin)
-          j0 = (begin - at + stride - 1) / stride;
-        j1 = std::min(run, std::max<int64_t>(0, end - at + stride - 1) /
-                               stride);
+    forEachRunInWindow(d.target, begin, end, [&](const std::vector<int64_t> &c,
+                                                 int64_t i, int64_t at,
+                                                 int64_t j0, int64_t j1) {
+      int64_t lo, hi;
+      for (const Job::Copy &copy : d.weightCopies)
+        copy.box.run(copy.data, values.data(), i, i + run, lo, hi);
+      int64_t expert = 0;
+      for (size_t e = 0; e < numExperts; ++e) {
+        size_t a = d.sides.expert[e];
+        expert = expert * d.scaleBox.count[e] + (c[a] - d.target.lo[a]);
       }
-      if (j0 < j1) {
-        int64_t lo, hi;
-        for (const Job::Copy &copy : d.weightCopies)
-          copy.box.run(copy.data, values.data(), i, i + run, lo, hi);
-        int64_t expert = 0;
-        for (size_t e = 0; e < numExperts; ++e) {
-          size_t a = d.sides.expert[e];
-          expert = expert * d.scaleBox.count[e] + (c[a] - d.target.lo[a]);
-        }
-        int64_t outIndex = flatIndex(d.sides.out, w.sizes, c),
-                inIndex = flatIndex(d.sides.in, w.sizes, c);
-        for (int64_t j = j0; j < j1; ++j) {
-          int64_t row = (outIndex + j * outStep) / d.block - rowBlock0;
-          int64_t col = (inIndex + j * inStep) / d.block - colBlock0;
-          float product =
-              e4m3[values[size_t(j)]] *
-              scales[size_t(((expert + j * expertStep) * rows + row) * cols +
-                            col)];
-          uint8_t *dst = out + (at + j * stride - begin) * int64_t(size);
-          if (t.dtype == DType::BF16) { // storeValue's rounding, for a float
-            uint16_t h = floatToBf16(product);
-            std::memcpy(dst, &h, 2);
-          } else {
-            storeValue(product, t.dtype, dst);
-          }
-        }
+      int64_t outIndex = flatIndex(d.sides.out, w.sizes, c),
+              inIndex = flatIndex(d.sides.in, w.sizes, c);
+      for (int64_t j = j0; j < j1; ++j) {
+        int64_t row = (outIndex + j * outStep) / d.block - rowBlock0;
+        int64_t col = (inIndex + j * inStep) / d.block - colBlock0;
+        float product =
+            e4m3[values[size_t(j)]] *
+            scales[size_t(((expert + j * expertStep) * rows + row) * cols +
+                          col)];
+        storeFloat(product, t.dtype,
+                   out + (at + j * stride - begin) * int64_t(size));
       }
-      for (size_t a = last; a-- > 0;) {
-        if (++c[a] < d.target.lo[a] + d.target.count[a])
-          break;
-        c[a] = d.target.lo[a];
-      }
-    }
+    });
   }
 }
 
