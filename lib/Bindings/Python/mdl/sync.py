@@ -894,7 +894,9 @@ class _Sync:
             if self.others_failed():
                 return self.first_error()
             if self.store.add(self.key("done"), 0) >= n:
-                return None
+                # A failing process publishes its error before it is done:
+                # one published between the two reads above is seen here.
+                return self.first_error() if self.others_failed() else None
             if time.monotonic() > deadline:
                 return self.missing("done", 0)
             time.sleep(0.002)
